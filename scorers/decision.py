@@ -1,0 +1,56 @@
+"""The JET decision rule: candidate log-likelihoods -> normalized distribution -> choice."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from .types import Decision, Question, Usage
+
+
+def normalize(logprobs: Sequence[float]) -> tuple[float, ...]:
+    """Softmax over the candidates' sequence log-likelihoods (in float64)."""
+    top = max(logprobs)
+    weights = [math.exp(lp - top) for lp in logprobs]
+    total = sum(weights)
+    return tuple(w / total for w in weights)
+
+
+def first_argmax(values: Sequence[float]) -> int:
+    """Index of the largest value; ties go to the earliest candidate."""
+    best = 0
+    for i, value in enumerate(values):
+        if value > values[best]:
+            best = i
+    return best
+
+
+def resolve_gold(question: Question, labels: Sequence[str]) -> int | None:
+    """The gold answer as a candidate index (gold may be given as a label or an index)."""
+    gold = question.gold
+    if gold is None:
+        return None
+    if isinstance(gold, int) and not isinstance(gold, bool):
+        if not 0 <= gold < len(labels):
+            raise ValueError(f"gold index {gold} is out of range for {len(labels)} candidates")
+        return gold
+    if gold not in labels:
+        raise ValueError(f"gold {gold!r} is not one of the labels {list(labels)}")
+    return list(labels).index(gold)
+
+
+def make_decision(question: Question, candidates: Sequence[str], logprobs: Sequence[float], usage: Usage) -> Decision:
+    """Apply the decision rule of the question's kind to the candidates' log-likelihoods."""
+    labels = question.labels or tuple(str(i) for i in range(len(candidates)))
+    probs = normalize(logprobs)
+    return Decision(
+        kind=question.kind,
+        candidates=tuple(candidates),
+        labels=tuple(labels),
+        logprobs=tuple(float(lp) for lp in logprobs),
+        probs=probs,
+        choice=first_argmax(probs),
+        usage=usage,
+        gold=resolve_gold(question, labels),
+        id=question.id,
+    )

@@ -1,0 +1,305 @@
+"""Model calls that turn encoded questions into candidate log-likelihoods.
+
+Every schedule computes, for each candidate c with tokens (t1..tm) after prefix x,
+    log p(c|x) = sum_k log_softmax(z(x, t<k))[tk]     (full vocabulary, teacher forcing)
+and differs only in how the forward calls are laid out:
+- independent: one full forward over prefix + candidate per candidate (the reference);
+- batched: the prefix once with a KV cache, then the continuations as one padded batch per group;
+- packed: prefix and continuations in ONE sequence with a mask that lets each token see its own
+  question's prefix and its own candidate's earlier tokens (explicit position ids). Several
+  questions can share that call (block-diagonal). A question too large for one call runs its prefix
+  once with a cache and its continuations in packed groups.
+The last candidate token is never fed: only its predecessor's logits are needed. Log-softmax runs
+where the logits live; only the gathered candidate log-probs leave the device.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import torch
+
+from .prompts import EncodedQuestion
+from .types import Usage
+
+
+@dataclass
+class Work:
+    """Per-question counters, frozen into `Usage` at the end."""
+
+    prefix_tokens: int = 0
+    candidate_tokens: int = 0
+    forward_calls: int = 0
+    cache_bytes: int = 0
+
+    def usage(self) -> Usage:
+        return Usage(self.prefix_tokens, self.candidate_tokens, self.forward_calls, self.cache_bytes)
+
+
+@dataclass
+class Scored:
+    logprobs: list[float]
+    work: Work = field(default_factory=Work)
+
+
+def fed_tokens(question: EncodedQuestion) -> int:
+    """Continuation tokens a cached or packed schedule feeds (all but each candidate's last)."""
+    return sum(len(c) - 1 for c in question.continuations)
+
+
+def cache_bytes(cache) -> int:
+    layers = getattr(cache, "layers", None) or []
+    total = 0
+    for layer in layers:
+        for name in ("keys", "values"):
+            tensor = getattr(layer, name, None)
+            if isinstance(tensor, torch.Tensor):
+                total += tensor.numel() * tensor.element_size()
+    return total
+
+
+def _device(model) -> torch.device:
+    return model.get_input_embeddings().weight.device
+
+
+def _gather_sums(logits: torch.Tensor, rows: list[int], targets: list[int], owners: list[int], n: int) -> list[float]:
+    """Sum of log_softmax(logits[row])[target] per owner; only the n sums leave the device."""
+    device = logits.device
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    picked = logprobs[torch.tensor(rows, device=device), torch.tensor(targets, device=device)]
+    sums = torch.zeros(n, dtype=torch.float64, device=device)
+    sums.index_add_(0, torch.tensor(owners, device=device), picked.double())
+    return sums.cpu().tolist()
+
+
+# ---------------------------------------------------------------- independent (reference)
+
+@torch.inference_mode()
+def score_independent(model, question: EncodedQuestion) -> Scored:
+    """One plain causal forward over prefix + candidate for every candidate."""
+    device = _device(model)
+    scored = Scored([])
+    p = len(question.prefix)
+    for continuation in question.continuations:
+        ids = torch.tensor([question.prefix + continuation], device=device)
+        logits = model(input_ids=ids).logits[0, p - 1 : p - 1 + len(continuation)]
+        rows = list(range(len(continuation)))
+        scored.logprobs += _gather_sums(logits, rows, list(continuation), [0] * len(rows), 1)
+        scored.work.prefix_tokens += p
+        scored.work.candidate_tokens += len(continuation)
+        scored.work.forward_calls += 1
+    return scored
+
+
+# ---------------------------------------------------------------- prefix cache
+
+@torch.inference_mode()
+def _prefix_with_cache(model, question: EncodedQuestion, scored: Scored):
+    """Run the prefix once, keep its cache, and score every candidate's first token from its last logits."""
+    device = _device(model)
+    out = model(input_ids=torch.tensor([question.prefix], device=device), use_cache=True, logits_to_keep=1)
+    firsts = [c[0] for c in question.continuations]
+    scored.logprobs = _gather_sums(out.logits[0, -1:], [0] * len(firsts), firsts, list(range(len(firsts))), len(firsts))
+    scored.work.prefix_tokens += len(question.prefix)
+    scored.work.forward_calls += 1
+    scored.work.cache_bytes = cache_bytes(out.cache)
+    return out.cache
+
+
+def _groups(sizes: list[tuple[int, int]], capacity: int) -> list[list[int]]:
+    """Greedy groups of item indices whose summed size stays within capacity (one item at least)."""
+    groups, current, used = [], [], 0
+    for index, size in sizes:
+        if current and used + size > capacity:
+            groups.append(current)
+            current, used = [], 0
+        current.append(index)
+        used += size
+    if current:
+        groups.append(current)
+    return groups
+
+
+# ---------------------------------------------------------------- batched
+
+@torch.inference_mode()
+def score_batched(model, question: EncodedQuestion, max_batch_tokens: int) -> Scored:
+    """Prefix once with a cache; continuations as right-padded batches continuing a copy of it."""
+    scored = Scored([])
+    cache = _prefix_with_cache(model, question, scored)
+    device = _device(model)
+    p = len(question.prefix)
+    longer = [i for i, c in enumerate(question.continuations) if len(c) > 1]
+    longer.sort(key=lambda i: len(question.continuations[i]))  # similar lengths pad less
+    batches, current = [], []
+    for i in longer:
+        width = len(question.continuations[i]) - 1
+        if current and (len(current) + 1) * width > max_batch_tokens:
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    for batch in batches:
+        width = max(len(question.continuations[i]) - 1 for i in batch)
+        ids = torch.zeros(len(batch), width, dtype=torch.long)
+        mask = torch.zeros(len(batch), p + width, dtype=torch.long)
+        mask[:, :p] = 1
+        rows, targets, owners = [], [], []
+        for b, i in enumerate(batch):
+            tokens = question.continuations[i]
+            ids[b, : len(tokens) - 1] = torch.tensor(tokens[:-1])
+            mask[b, p : p + len(tokens) - 1] = 1
+            for k in range(len(tokens) - 1):
+                rows.append(b * width + k)
+                targets.append(tokens[k + 1])
+                owners.append(b)
+        batch_cache = copy.deepcopy(cache)
+        batch_cache.batch_repeat_interleave(len(batch))
+        positions = torch.arange(p, p + width).expand(len(batch), width)
+        out = model(
+            input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device),
+            cache=batch_cache, use_cache=True,
+        )
+        sums = _gather_sums(out.logits.reshape(-1, out.logits.shape[-1]), rows, targets, owners, len(batch))
+        for b, i in enumerate(batch):
+            scored.logprobs[i] += sums[b]
+        scored.work.candidate_tokens += sum(len(question.continuations[i]) - 1 for i in batch)
+        scored.work.forward_calls += 1
+    return scored
+
+
+# ---------------------------------------------------------------- packed
+
+class PackedCall:
+    """One packed forward call: token ids with (block, candidate, position) tags and the logit rows to gather.
+
+    Token i may attend to token j iff both are in the same block (question), j's position is not
+    after i's, and j is a prefix token (candidate -1) or belongs to i's own candidate.
+    """
+
+    def __init__(self):
+        self.tokens: list[int] = []
+        self.block: list[int] = []
+        self.candidate: list[int] = []
+        self.position: list[int] = []
+        self.rows: list[int] = []  # token index whose logits predict the target
+        self.targets: list[int] = []
+        self.owners: list[int] = []  # output slot of the candidate the target belongs to
+
+    def __len__(self):
+        return len(self.tokens)
+
+    def _append(self, token: int, block: int, candidate: int, position: int):
+        self.tokens.append(token)
+        self.block.append(block)
+        self.candidate.append(candidate)
+        self.position.append(position)
+
+    def add_prefix(self, block: int, prefix, first_tokens: list[int], owners: list[int]):
+        for position, token in enumerate(prefix):
+            self._append(token, block, -1, position)
+        last = len(self.tokens) - 1
+        for token, owner in zip(first_tokens, owners):
+            self.rows.append(last)
+            self.targets.append(token)
+            self.owners.append(owner)
+
+    def add_continuation(self, block: int, start: int, tokens, owner: int):
+        """Feed all but the last token; each fed token predicts the next one."""
+        for k, token in enumerate(tokens[:-1]):
+            self._append(token, block, owner, start + k)
+            self.rows.append(len(self.tokens) - 1)
+            self.targets.append(tokens[k + 1])
+            self.owners.append(owner)
+
+    def mask(self, dtype, device, cached: int = 0, cached_block: int = 0) -> torch.Tensor:
+        """Additive 4D mask (1, 1, queries, cached + queries); `cached` prefix tokens of `cached_block` come first."""
+        block = torch.tensor(self.block, device=device)
+        candidate = torch.tensor(self.candidate, device=device)
+        position = torch.tensor(self.position, device=device)
+        key_block = torch.cat([torch.full((cached,), cached_block, device=device), block])
+        key_candidate = torch.cat([torch.full((cached,), -1, device=device), candidate])
+        key_position = torch.cat([torch.arange(cached, device=device), position])
+        allowed = (
+            (block[:, None] == key_block[None, :])
+            & (key_position[None, :] <= position[:, None])
+            & ((key_candidate[None, :] == -1) | (key_candidate[None, :] == candidate[:, None]))
+        )
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=device)
+        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+        return mask[None, None]
+
+    @torch.inference_mode()
+    def run(self, model, n_outputs: int, cache=None, cached: int = 0, cached_block: int = 0) -> list[float]:
+        """One forward call; returns the summed log-probs per output slot."""
+        device = _device(model)
+        keep = sorted(set(self.rows))
+        row_of = {token_index: r for r, token_index in enumerate(keep)}
+        out = model(
+            input_ids=torch.tensor([self.tokens], device=device),
+            attention_mask=self.mask(model.dtype, device, cached, cached_block),
+            position_ids=torch.tensor([self.position], device=device),
+            cache=cache,
+            use_cache=cache is not None,
+            logits_to_keep=torch.tensor(keep, device=device),
+        )
+        rows = [row_of[r] for r in self.rows]
+        return _gather_sums(out.logits[0], rows, self.targets, self.owners, n_outputs)
+
+
+def packed_cost(question: EncodedQuestion) -> int:
+    """Tokens the question adds to a packed call (prefix + fed continuation tokens)."""
+    return len(question.prefix) + fed_tokens(question)
+
+
+@torch.inference_mode()
+def score_packed_many(model, questions: list[EncodedQuestion], max_batch_tokens: int) -> list[Scored]:
+    """Score several questions, packing whole questions into shared calls of at most max_batch_tokens."""
+    results: list[Scored | None] = [None] * len(questions)
+    fitting = []
+    for i, question in enumerate(questions):
+        if packed_cost(question) <= max_batch_tokens:
+            fitting.append((i, packed_cost(question)))
+        else:
+            results[i] = _score_packed_with_cache(model, question, max_batch_tokens)
+    for group in _groups(fitting, max_batch_tokens):
+        call, slots, offset = PackedCall(), {}, 0
+        for block, i in enumerate(group):
+            question = questions[i]
+            slots[i] = list(range(offset, offset + len(question.continuations)))
+            offset += len(slots[i])
+            call.add_prefix(block, question.prefix, [c[0] for c in question.continuations], slots[i])
+            for continuation, owner in zip(question.continuations, slots[i]):
+                call.add_continuation(block, len(question.prefix), continuation, owner)
+        sums = call.run(model, offset)
+        for i in group:
+            question = questions[i]
+            work = Work(len(question.prefix), fed_tokens(question), 1, 0)
+            results[i] = Scored([sums[slot] for slot in slots[i]], work)
+    return results
+
+
+@torch.inference_mode()
+def _score_packed_with_cache(model, question: EncodedQuestion, max_batch_tokens: int) -> Scored:
+    """Prefix once with a cache; continuations packed into groups of at most max_batch_tokens fed tokens."""
+    scored = Scored([])
+    cache = _prefix_with_cache(model, question, scored)
+    p = len(question.prefix)
+    longer = [(i, len(c) - 1) for i, c in enumerate(question.continuations) if len(c) > 1]
+    for group in _groups(longer, max_batch_tokens):
+        call = PackedCall()
+        for slot, i in enumerate(group):
+            call.add_continuation(0, p, question.continuations[i], slot)
+        sums = call.run(model, len(group), cache=copy.deepcopy(cache), cached=p)
+        for slot, i in enumerate(group):
+            scored.logprobs[i] += sums[slot]
+        scored.work.candidate_tokens += len(call)
+        scored.work.forward_calls += 1
+    return scored
+
+
+def score_packed(model, question: EncodedQuestion, max_batch_tokens: int) -> Scored:
+    """Packed schedule for one question: a single call when it fits, else prefix cache + packed groups."""
+    return score_packed_many(model, [question], max_batch_tokens)[0]

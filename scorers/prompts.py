@@ -1,0 +1,57 @@
+"""Question -> token ids: the rendered context (prefix) and each candidate's continuation tokens.
+
+Context and candidate are tokenized separately and concatenated, so the boundary is preserved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+Template = Literal["chat", "none"]
+TEMPLATES = ("chat", "none")
+
+
+@dataclass(frozen=True)
+class EncodedQuestion:
+    prefix: tuple[int, ...]
+    continuations: tuple[tuple[int, ...], ...]
+
+    @property
+    def longest(self) -> int:
+        return max(len(c) for c in self.continuations)
+
+
+def render_context(tokenizer, context, template: Template) -> list[int]:
+    """Token ids of the context: with `chat`, the user turn(s) and the assistant prefix."""
+    if template == "chat":
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError("this model's tokenizer has no chat template; use template='none'")
+        messages = [{"role": "user", "content": context}] if isinstance(context, str) else list(context)
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+    if template == "none":
+        if not isinstance(context, str):
+            raise ValueError("template='none' needs the context as one string, not chat messages")
+        return tokenizer(context, add_special_tokens=True)["input_ids"]
+    raise ValueError(f"unknown template {template!r}; known: {', '.join(TEMPLATES)}")
+
+
+def encode(tokenizer, context, texts: Sequence[str], template: Template, window: int) -> EncodedQuestion:
+    """Encode one question; refuses (never truncates) a context that does not fit the model window."""
+    prefix = render_context(tokenizer, context, template)
+    if not prefix:
+        raise ValueError("the context encodes to no tokens")
+    continuations = []
+    for text in texts:
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if not ids:
+            raise ValueError(f"candidate {text!r} encodes to no tokens")
+        continuations.append(tuple(ids))
+    encoded = EncodedQuestion(tuple(prefix), tuple(continuations))
+    if len(prefix) + encoded.longest > window:
+        raise ValueError(
+            f"context of {len(prefix)} tokens plus the longest candidate ({encoded.longest} tokens) exceeds "
+            f"the model window of {window} tokens; the context is never truncated: shorten it"
+        )
+    return encoded
