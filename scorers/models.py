@@ -129,7 +129,8 @@ def load_model(spec: str, placement: Placement | str | dict | None = None) -> Lo
         config = AutoConfig.from_pretrained(source)
     except OSError as error:
         raise ModelNotFoundError(
-            f"cannot load model {spec!r}: {error}. Download it while online (it is then cached), "
+            f"cannot load model {spec!r} ({str(error).splitlines()[0].rstrip('.')}). "
+            f"Download it while online (it is then cached), "
             f"or pass model=/path/to/a/local/folder."
         ) from error
     kind = architecture_kind(config)

@@ -1,0 +1,106 @@
+"""Compose every top-level config with every group option; typos fail at composition."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+
+from scripts.config import EpisodeConfig, QAConfig, to_config
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+JOBS = {"qa": (QAConfig, ("model", "scorer", "placement", "dataset")), "episode": (EpisodeConfig, ("model", "scorer", "placement"))}
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def combinations():
+    for job, (_, groups) in JOBS.items():
+        for choice in itertools.product(*(options(g) for g in groups)):
+            yield job, [f"{g}={o}" for g, o in zip(groups, choice)]
+
+
+def compose_job(job: str, overrides=(), conf: Path = CONF, hydra_config: bool = False):
+    with initialize_config_dir(config_dir=str(conf), version_base=None):
+        return compose(job, overrides=list(overrides), return_hydra_config=hydra_config)
+
+
+@pytest.mark.parametrize("job,overrides", list(combinations()), ids=lambda v: v if isinstance(v, str) else ",".join(v))
+def test_every_config_composes(job, overrides):
+    config = to_config(compose_job(job, overrides))
+    assert isinstance(config, JOBS[job][0])
+    for override in overrides:
+        group, option = override.split("=")
+        assert getattr(config, group) is not None, (group, option)
+
+
+def test_groups_have_options():
+    for group in ("model", "scorer", "placement", "dataset"):
+        assert options(group), group
+    assert options("placement") == ["auto", "cpu", "cuda"]
+    assert options("dataset") == ["jsonl", "mmlu"]
+
+
+def test_qa_defaults():
+    config = to_config(compose_job("qa"))
+    assert config.scorer.template == "none"  # QA is measured with plain concatenation
+    assert config.model.spec == "smollm2-135m-instruct"
+    assert (config.dataset.name, config.dataset.subset) == ("mmlu", "per_subject_5")
+    assert (config.placement.device, config.placement.dtype) == ("cpu", "float32")
+    assert to_config(compose_job("qa", ["placement=cuda"])).placement.dtype == "bfloat16"
+    assert to_config(compose_job("episode")).scorer.template == "chat"
+
+
+def test_run_dir_follows_output_dir(tmp_path):
+    cfg = compose_job("qa", [f"output_dir={tmp_path}"], hydra_config=True)
+    assert cfg.hydra.run.dir == str(tmp_path) == cfg.output_dir
+    assert compose_job("qa", hydra_config=True).hydra.run.dir.startswith("outputs/")
+
+
+@pytest.mark.parametrize("job", list(JOBS))
+@pytest.mark.parametrize("key", ["scorer.shedule", "model.spek", "placement.devise", "otput_dir"])
+def test_misspelt_override_fails(job, key):
+    with pytest.raises(ConfigCompositionException, match=key.replace(".", r"\.")):
+        compose_job(job, [f"{key}=x"])
+
+
+def test_misspelt_dataset_key_fails():
+    with pytest.raises(ConfigCompositionException, match=r"dataset\.subst"):
+        compose_job("qa", ["dataset.subst=all"])
+
+
+def test_misspelt_key_in_group_yaml_fails(tmp_path):
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    (conf / "scorer" / "typo.yaml").write_text("name: jet\nshedule: auto\n")
+    with pytest.raises(Exception, match="shedule"):
+        compose_job("qa", ["scorer=typo"], conf=conf)
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("placement.dtype=float8", "unknown placement.dtype 'float8'"),
+        ("placement.device=tpu", "unknown placement.device 'tpu'"),
+        ("scorer.template=plain", "unknown scorer.template 'plain'"),
+        ("scorer.max_batch_tokens=0", "scorer.max_batch_tokens must be >= 1"),
+        ("dataset.limit=0", "dataset.limit must be >= 1"),
+        ("dataset.subset=half", "unknown dataset.subset 'half'"),
+        ("chunk_size=0", "chunk_size must be >= 1"),
+    ],
+)
+def test_bad_values_fail_validation(override, message):
+    cfg = compose_job("qa", [override])
+    with pytest.raises(ValueError, match=message):
+        to_config(cfg)
+
+
+def test_wrong_type_fails_at_composition():
+    with pytest.raises(ConfigCompositionException, match="max_batch_tokens"):
+        compose_job("qa", ["scorer.max_batch_tokens=many"])

@@ -1,0 +1,95 @@
+"""Every schedule equals the independent reference (one full forward per candidate) within 1e-4 in fp32."""
+
+import random
+
+import pytest
+
+from scorers import execution
+from tiny_models import random_question, tiny_llama, tiny_qwen3
+
+TOLERANCE = 1e-4
+MODELS = {"llama-sdpa": lambda: tiny_llama("sdpa"), "llama-eager": lambda: tiny_llama("eager"), "qwen3": tiny_qwen3}
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def model(request):
+    return MODELS[request.param]()
+
+
+def max_delta(a, b):
+    assert len(a) == len(b)
+    return max(abs(x - y) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("max_batch_tokens", [4, 37, 1024])
+def test_batched_and_packed_equal_independent(model, max_batch_tokens):
+    rng = random.Random(max_batch_tokens)
+    for _ in range(12):
+        question = random_question(rng)
+        reference = execution.score_independent(model, question).logprobs
+        batched = execution.score_batched(model, question, max_batch_tokens).logprobs
+        packed = execution.score_packed(model, question, max_batch_tokens).logprobs
+        assert max_delta(batched, reference) < TOLERANCE
+        assert max_delta(packed, reference) < TOLERANCE
+
+
+def test_cross_question_packing_equals_one_by_one(model):
+    rng = random.Random(7)
+    questions = [random_question(rng) for _ in range(15)]
+    for max_batch_tokens in (30, 200, 4096):
+        together = execution.score_packed_many(model, questions, max_batch_tokens)
+        for question, result in zip(questions, together):
+            alone = execution.score_independent(model, question).logprobs
+            assert max_delta(result.logprobs, alone) < TOLERANCE
+
+
+def test_large_candidate_sets_run_in_several_groups(model):
+    question = random_question(random.Random(3), n_candidates=40)
+    reference = execution.score_independent(model, question).logprobs
+    for schedule in (execution.score_batched, execution.score_packed):
+        scored = schedule(model, question, 16)
+        assert scored.work.forward_calls > 2  # prefix + several continuation groups
+        assert max_delta(scored.logprobs, reference) < TOLERANCE
+
+
+def test_single_token_candidates_need_only_the_prefix_call(model):
+    question = random_question(random.Random(5))
+    question = type(question)(question.prefix, ((3,), (9,), (3,), (42,)))
+    for schedule in (execution.score_batched, execution.score_packed):
+        scored = schedule(model, question, 1024)
+        assert scored.work.forward_calls == 1
+        assert scored.work.candidate_tokens == 0
+        assert max_delta(scored.logprobs, execution.score_independent(model, question).logprobs) < TOLERANCE
+
+
+def test_usage_counts_prefix_once_and_fed_tokens():
+    model = tiny_llama()
+    question = random_question(random.Random(11), n_candidates=5)
+    independent = execution.score_independent(model, question).work
+    packed = execution.score_packed(model, question, 4096).work
+    assert independent.prefix_tokens == len(question.prefix) * len(question.continuations)
+    assert independent.forward_calls == len(question.continuations)
+    assert packed.prefix_tokens == len(question.prefix)
+    assert packed.candidate_tokens == sum(len(c) - 1 for c in question.continuations)
+    assert packed.forward_calls == 1
+
+
+def test_packed_mask_isolates_candidates_and_questions():
+    call = execution.PackedCall()
+    call.add_prefix(0, (1, 2), [5, 6], [0, 1])
+    call.add_continuation(0, 2, (5, 7, 8), 0)
+    call.add_continuation(0, 2, (6, 9), 1)
+    call.add_prefix(1, (4,), [3], [2])
+    import torch
+
+    allowed = call.mask(torch.float32, "cpu")[0, 0] == 0
+    # tokens: p0 p1 | c0:5 c0:7 | c1:6 | q1:p0
+    expected = [
+        [1, 0, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0, 0],
+        [1, 1, 1, 0, 0, 0],
+        [1, 1, 1, 1, 0, 0],
+        [1, 1, 0, 0, 1, 0],
+        [0, 0, 0, 0, 0, 1],
+    ]
+    assert allowed.int().tolist() == expected

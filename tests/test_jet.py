@@ -1,0 +1,93 @@
+"""The `jet` scorer on the embedded model: behaviour, bad inputs, schedules against the reference."""
+
+import pytest
+
+from scorers import Question, make_scorer
+from scorers.models import ModelNotFoundError, architecture_kind, load_model
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    return load_model("smollm2-135m-instruct")
+
+
+def scorer(embedded, **options):
+    return make_scorer("jet", model=embedded, **options)
+
+
+def test_embedded_model_ranks_paris_far_above_banana(embedded):
+    d = scorer(embedded, template="none").decide(
+        Question(context="The capital of France is", candidates=[" Paris", " Banana"]))
+    assert d.choice == 0
+    assert d.logprobs[0] - d.logprobs[1] > 10
+    assert d.probs[0] > 0.999 and sum(d.probs) == pytest.approx(1.0)
+
+
+def test_embedded_model_is_attention_only_with_a_chat_template(embedded):
+    assert embedded.kind == "attention"
+    assert embedded.tokenizer.chat_template
+
+
+def test_chat_template_binary_and_ordinal(embedded):
+    jet = scorer(embedded)
+    d = jet.decide(Question(context="Is water wet? Answer Yes or No.", kind="binary"))
+    assert d.candidates == ("No", "Yes") and 0 < d.p_true < 1
+    d = jet.decide(Question(context="Rate it", candidates=["low", "medium", "high"], kind="ordinal"))
+    assert 0 <= d.expected_index <= 2
+    messages = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "Capital of France?"}]
+    assert jet.decide(Question(context=messages, candidates=["Paris", "Banana"])).text == "Paris"
+
+
+def test_identical_texts_get_identical_scores(embedded):
+    d = scorer(embedded).decide(Question(context="Pick a fruit", candidates=["apple", "pear", "apple"]))
+    assert d.logprobs[0] == d.logprobs[2]
+
+
+@pytest.mark.parametrize("schedule", ["batched", "packed", "auto"])
+def test_schedules_equal_independent_on_the_embedded_model(embedded, schedule):
+    questions = [
+        Question(context="The capital of France is", candidates=[" Paris", " the city of Lyon", " Banana"]),
+        Question(context="Which is a colour?", candidates=["red", "a very long answer about nothing", "red car"]),
+        Question(context="Is ice cold?", kind="binary"),
+    ]
+    reference = scorer(embedded, schedule="independent").decide_many(questions)
+    fast = scorer(embedded, schedule=schedule).decide_many(questions)
+    for a, b in zip(fast, reference):
+        assert a.choice == b.choice
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
+
+
+def test_context_longer_than_the_window_is_refused(embedded):
+    long = "word " * (embedded.window + 10)
+    with pytest.raises(ValueError, match=r"exceeds the model window of 8192 tokens; the context is never truncated"):
+        scorer(embedded, template="none").decide(Question(context=long, candidates=[" a"]))
+
+
+def test_template_none_refuses_chat_messages(embedded):
+    with pytest.raises(ValueError, match="template='none' needs the context as one string"):
+        scorer(embedded, template="none").decide(Question(context=[{"role": "user", "content": "x"}], candidates=["a"]))
+
+
+def test_text_only_model_refuses_images(embedded):
+    with pytest.raises(ValueError, match="cannot score images"):
+        scorer(embedded).decide(Question(context="What is shown?", candidates=["a"], images=["frame.png"]))
+
+
+def test_unknown_model_spec_is_refused_with_a_suggestion():
+    with pytest.raises(ModelNotFoundError, match=r"unknown model spec 'smollm2-135m'.*Did you mean 'smollm2-135m-instruct'"):
+        load_model("smollm2-135m")
+
+
+def test_unreachable_hub_id_names_the_spec_and_the_fix():
+    with pytest.raises(ModelNotFoundError, match=r"cannot load model 'nobody/no-such-model'.*model=/path/to/a/local/folder"):
+        load_model("nobody/no-such-model")
+
+
+def test_architecture_kind_from_config():
+    from transformers import LlamaConfig, Qwen3_5TextConfig
+
+    assert architecture_kind(LlamaConfig()) == "attention"
+    hybrid = Qwen3_5TextConfig(num_hidden_layers=4, layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"])
+    assert architecture_kind(hybrid) == "hybrid"

@@ -1,0 +1,40 @@
+import subprocess
+import sys
+
+import pytest
+
+from scorers import available_scorers, make_scorer
+from scorers.registry import Registry
+
+
+def test_duplicate_name_is_an_error():
+    registry = Registry("widget")
+    registry.register("a")(object)
+    with pytest.raises(ValueError, match="widget 'a' is already registered"):
+        registry.register("a")(object)
+
+
+def test_unknown_name_lists_known_and_suggests_closest():
+    with pytest.raises(LookupError, match=r"unknown scorer 'jte'; known: .*jet.* Did you mean 'jet'\?"):
+        make_scorer("jte")
+
+
+def test_jet_is_registered():
+    assert "jet" in available_scorers()
+
+
+def test_importing_scorers_does_not_import_torch():
+    code = "import sys, scorers; scorers.Question(context='x', candidates=['a']); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_bad_options_fail_before_loading_a_model():
+    with pytest.raises(ValueError, match="unknown schedule 'fast'; known: auto, independent, batched, packed"):
+        make_scorer("jet", model="does-not-matter", schedule="fast")
+    with pytest.raises(ValueError, match="unknown template 'chatml'"):
+        make_scorer("jet", model="does-not-matter", template="chatml")
+    with pytest.raises(ValueError, match="binary candidate texts must be distinct"):
+        make_scorer("jet", model="does-not-matter", binary_texts=("Yes", "Yes"))
+    with pytest.raises(ValueError, match="unknown placement device 'tpu'"):
+        make_scorer("jet", model="does-not-matter", placement="tpu")
