@@ -11,8 +11,8 @@ from .prompts import TEMPLATES, Template
 from .registry import register_scorer
 from .types import DEFAULT_BINARY_TEXTS, Decision, Question, validate_candidates
 
-Schedule = Literal["auto", "independent", "batched", "packed"]
-SCHEDULES = ("auto", "independent", "batched", "packed")
+Schedule = Literal["auto", "independent", "batched", "packed", "sequential"]
+SCHEDULES = ("auto", "independent", "batched", "packed", "sequential")
 
 
 @dataclass(frozen=True)
@@ -21,8 +21,11 @@ class JetOptions:
 
     schedule: `independent` (one full forward per candidate, the reference), `batched` (prefix cache,
         padded continuation batches), `packed` (prefix and continuations in one masked call; several
-        questions share a call in `decide_many`), or `auto`: `packed` for attention-only models
-        (see docs/benchmarks.md), `independent` for others.
+        questions share a call in `decide_many`), `sequential` (prefix state once, then one candidate at a
+        time after restoring the unchanged prefix state: one stored and one working state; any model
+        kind, the one for hybrid recurrent + attention models), or `auto`: `packed` for attention-only
+        models (see docs/benchmarks.md), `sequential` for hybrid models, `independent` for others.
+        `batched` and `packed` need an attention-only model.
     max_batch_tokens: the most tokens one continuation call takes; larger sets run in groups.
     """
 
@@ -70,7 +73,7 @@ class JetScorer:
     def schedule(self) -> str:
         if self.options.schedule != "auto":
             return self.options.schedule
-        return "packed" if self.loaded.kind == "attention" else "independent"
+        return {"attention": "packed", "hybrid": "sequential"}.get(self.loaded.kind, "independent")
 
     def decide(self, question: Question) -> Decision:
         return self.decide_many([question])[0]
@@ -84,7 +87,7 @@ class JetScorer:
         if schedule in ("batched", "packed") and self.loaded.kind != "attention":
             raise ValueError(
                 f"schedule {schedule!r} needs an attention-only model; {self.loaded.spec!r} is {self.loaded.kind}: "
-                f"use schedule='independent'"
+                f"use schedule='sequential' or 'independent'"
             )
         prepared = []
         for question in questions:
@@ -99,6 +102,10 @@ class JetScorer:
         model = self.loaded.model
         if schedule == "packed":
             scored = execution.score_packed_many(model, encoded_all, self.options.max_batch_tokens)
+        elif schedule == "sequential":
+            from .sequential import score_sequential
+
+            scored = [score_sequential(model, e) for e in encoded_all]
         elif schedule == "batched":
             scored = [execution.score_batched(model, e, self.options.max_batch_tokens) for e in encoded_all]
         else:
