@@ -39,7 +39,8 @@ def resolve_gold(question: Question, labels: Sequence[str]) -> int | None:
     return list(labels).index(gold)
 
 
-def make_decision(question: Question, candidates: Sequence[str], logprobs: Sequence[float], usage: Usage) -> Decision:
+def make_decision(question: Question, candidates: Sequence[str], logprobs: Sequence[float], usage: Usage,
+                  trace: str | None = None) -> Decision:
     """Apply the decision rule of the question's kind to the candidates' log-likelihoods."""
     labels = question.labels or tuple(str(i) for i in range(len(candidates)))
     probs = normalize(logprobs)
@@ -53,4 +54,5 @@ def make_decision(question: Question, candidates: Sequence[str], logprobs: Seque
         usage=usage,
         gold=resolve_gold(question, labels),
         id=question.id,
+        trace=trace,
     )

@@ -7,7 +7,7 @@ from typing import Literal, Sequence
 
 from .decision import make_decision
 from .placement import Placement
-from .prompts import TEMPLATES, Template
+from .prompts import TEMPLATES, EncodedQuestion, Template
 from .registry import register_scorer
 from .types import DEFAULT_BINARY_TEXTS, Decision, Question, validate_candidates
 
@@ -27,6 +27,9 @@ class JetOptions:
         models (see docs/benchmarks.md), `sequential` for hybrid models, `independent` for others.
         `batched` and `packed` need an attention-only model.
     max_batch_tokens: the most tokens one continuation call takes; larger sets run in groups.
+    reasoning: generate a trace once per question (at most `reasoning_tokens`, greedy when
+        `reasoning_temperature` is 0, else sampled with `reasoning_seed`), append it and
+        `reasoning_suffix` to the shared context, and record it in the decision. Text only.
     """
 
     model: str = "smollm2-135m-instruct"
@@ -35,6 +38,11 @@ class JetOptions:
     template: Template = "chat"
     max_batch_tokens: int = 1024
     binary_texts: tuple[str, str] = DEFAULT_BINARY_TEXTS
+    reasoning: bool = False
+    reasoning_tokens: int = 128
+    reasoning_temperature: float = 0.0
+    reasoning_seed: int = 0
+    reasoning_suffix: str = "\nAnswer:"
 
     def __post_init__(self):
         if self.schedule not in SCHEDULES:
@@ -45,6 +53,10 @@ class JetOptions:
             raise ValueError(f"max_batch_tokens must be at least 1, got {self.max_batch_tokens}")
         object.__setattr__(self, "binary_texts", tuple(self.binary_texts))
         validate_candidates(self.binary_texts, "binary")
+        if self.reasoning_tokens < 1:
+            raise ValueError(f"reasoning_tokens must be at least 1, got {self.reasoning_tokens}")
+        if self.reasoning_temperature < 0:
+            raise ValueError(f"reasoning_temperature must be >= 0, got {self.reasoning_temperature}")
 
 
 @register_scorer("jet")
@@ -56,9 +68,10 @@ class JetScorer:
 
     def __init__(self, model="smollm2-135m-instruct", *, placement=None, schedule: Schedule = "auto",
                  template: Template = "chat", max_batch_tokens: int = 1024,
-                 binary_texts: Sequence[str] = DEFAULT_BINARY_TEXTS):
+                 binary_texts: Sequence[str] = DEFAULT_BINARY_TEXTS, **reasoning):
         spec = model if isinstance(model, str) else model.spec
-        self.options = JetOptions(spec, Placement.of(placement), schedule, template, max_batch_tokens, tuple(binary_texts))
+        self.options = JetOptions(spec, Placement.of(placement), schedule, template, max_batch_tokens,
+                                  tuple(binary_texts), **reasoning)
         if isinstance(model, str):
             from .models import load_model
 
@@ -80,13 +93,17 @@ class JetScorer:
 
     def decide_many(self, questions: Sequence[Question]) -> list[Decision]:
         """Decisions in the same order; with the packed schedule questions share forward calls."""
-        from . import execution
-        from .prompts import encode
+        return self.score(self.prepare(questions))
 
-        schedule = self.schedule
-        if schedule in ("batched", "packed") and self.loaded.kind != "attention":
+    def prepare(self, questions: Sequence[Question]) -> list[Prepared]:
+        """Validate, render and tokenize (and generate reasoning traces): the work before scoring.
+
+        `jetgym-qa` runs this for the next questions in a worker while the current ones are scored."""
+        from .prompts import encode, render_context
+
+        if self.schedule in ("batched", "packed") and self.loaded.kind != "attention":
             raise ValueError(
-                f"schedule {schedule!r} needs an attention-only model; {self.loaded.spec!r} is {self.loaded.kind}: "
+                f"schedule {self.schedule!r} needs an attention-only model; {self.loaded.spec!r} is {self.loaded.kind}: "
                 f"use schedule='sequential' or 'independent'"
             )
         prepared = []
@@ -95,24 +112,69 @@ class JetScorer:
             validate_candidates(candidates, question.kind)
             if question.images:
                 raise ValueError(f"model {self.loaded.spec!r} cannot score images: this scorer reads text only")
-            unique = list(dict.fromkeys(candidates))  # identical texts are scored once, so they score identically
-            encoded = encode(self.loaded.tokenizer, question.context, unique, self.options.template, self.loaded.window)
-            prepared.append((question, candidates, unique, encoded))
-        encoded_all = [p[3] for p in prepared]
-        model = self.loaded.model
+            trace = None
+            trace_ids: list[int] = []
+            if self.options.reasoning:
+                context_ids = render_context(self.loaded.tokenizer, question.context, self.options.template)
+                trace, trace_ids = self._reasoning_trace(question, context_ids)
+            unique = tuple(dict.fromkeys(candidates))  # identical texts are scored once, so they score identically
+            encoded = encode(self.loaded.tokenizer, question.context, unique, self.options.template,
+                             self.loaded.window, trace_ids)
+            prepared.append(Prepared(question, tuple(candidates), unique, encoded, trace))
+        return prepared
+
+    def score(self, prepared: Sequence[Prepared]) -> list[Decision]:
+        """Run the model on prepared questions and apply the decision rule."""
+        from . import execution
+
+        encoded = [p.encoded for p in prepared]
+        model, schedule = self.loaded.model, self.schedule
         if schedule == "packed":
-            scored = execution.score_packed_many(model, encoded_all, self.options.max_batch_tokens)
+            scored = execution.score_packed_many(model, encoded, self.options.max_batch_tokens)
         elif schedule == "sequential":
             from .sequential import score_sequential
 
-            scored = [score_sequential(model, e) for e in encoded_all]
+            scored = [score_sequential(model, e) for e in encoded]
         elif schedule == "batched":
-            scored = [execution.score_batched(model, e, self.options.max_batch_tokens) for e in encoded_all]
+            scored = [execution.score_batched(model, e, self.options.max_batch_tokens) for e in encoded]
         else:
-            scored = [execution.score_independent(model, e) for e in encoded_all]
+            scored = [execution.score_independent(model, e) for e in encoded]
         decisions = []
-        for (question, candidates, unique, _), result in zip(prepared, scored):
-            by_text = dict(zip(unique, result.logprobs))
-            logprobs = [by_text[text] for text in candidates]
-            decisions.append(make_decision(question, candidates, logprobs, result.work.usage()))
+        for item, result in zip(prepared, scored):
+            by_text = dict(zip(item.unique, result.logprobs))
+            logprobs = [by_text[text] for text in item.candidates]
+            decisions.append(make_decision(item.question, item.candidates, logprobs, result.work.usage(), item.trace))
         return decisions
+
+    def _reasoning_trace(self, question: Question, context_ids: list[int]) -> tuple[str, list[int]]:
+        """Generate the question's trace once (seeded by the reasoning seed and the question id).
+
+        Returns the trace text and the tokens that join the shared prefix: the generated tokens
+        (without end-of-turn) followed by the tokenized `reasoning_suffix`."""
+        import zlib
+
+        import torch
+
+        options, tokenizer = self.options, self.loaded.tokenizer
+        torch.manual_seed(options.reasoning_seed + zlib.crc32((question.id or str(question.context)).encode()))
+        sampling = {"do_sample": True, "temperature": options.reasoning_temperature} if options.reasoning_temperature > 0 else {"do_sample": False}
+        with torch.inference_mode():
+            output = self.loaded.model.generate(
+                input_ids=torch.tensor([context_ids], device=self.loaded.device),
+                max_new_tokens=options.reasoning_tokens, pad_token_id=tokenizer.eos_token_id, **sampling,
+            )
+        special = set(tokenizer.all_special_ids)
+        generated = [t for t in output[0, len(context_ids):].tolist() if t not in special]
+        suffix = tokenizer(options.reasoning_suffix, add_special_tokens=False)["input_ids"]
+        return tokenizer.decode(generated), generated + suffix
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A question ready for the model: its candidates, the unique texts scored, their tokens, the trace."""
+
+    question: Question
+    candidates: tuple[str, ...]
+    unique: tuple[str, ...]
+    encoded: EncodedQuestion
+    trace: str | None = None

@@ -37,9 +37,11 @@ def render_context(tokenizer, context, template: Template) -> list[int]:
     raise ValueError(f"unknown template {template!r}; known: {', '.join(TEMPLATES)}")
 
 
-def encode(tokenizer, context, texts: Sequence[str], template: Template, window: int) -> EncodedQuestion:
-    """Encode one question; refuses (never truncates) a context that does not fit the model window."""
-    prefix = render_context(tokenizer, context, template)
+def encode(tokenizer, context, texts: Sequence[str], template: Template, window: int,
+           trace_ids: Sequence[int] = ()) -> EncodedQuestion:
+    """Encode one question (a reasoning trace's tokens join the prefix); refuses, never truncates,
+    a context that does not fit the model window."""
+    prefix = render_context(tokenizer, context, template) + list(trace_ids)
     if not prefix:
         raise ValueError("the context encodes to no tokens")
     continuations = []

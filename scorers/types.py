@@ -110,6 +110,7 @@ class Decision:
     usage: Usage = field(default_factory=Usage)
     gold: int | None = None
     id: str | None = None
+    trace: str | None = None  # the reasoning trace that joined the context, when reasoning is on
 
     @property
     def label(self) -> str:
@@ -149,7 +150,7 @@ class Decision:
 
     def to_dict(self) -> dict:
         """The response object written to responses.jsonl."""
-        return {
+        row = {
             "id": self.id,
             "probs": list(self.probs),
             "logprobs": list(self.logprobs),
@@ -159,3 +160,6 @@ class Decision:
             "gold_nll": self.gold_nll,
             "usage": self.usage.to_dict(),
         }
+        if self.trace is not None:
+            row["trace"] = self.trace
+        return row

@@ -1,9 +1,9 @@
 """`jetgym-qa`: score a question set, write responses.jsonl, summary.json and report.md.
 
 Responses are appended per chunk (flushed and fsynced), so a killed run loses at most one chunk;
-rerunning into the same folder resumes where it stopped. `wall_seconds` runs from the import of this
-module (before Hydra composes and the model loads) for the console command, from the call of
-`run_qa` otherwise; it cannot include interpreter start-up and shutdown.
+rerunning into the same folder resumes where it stopped. `wall_seconds` runs from the start of the
+process (interpreter start-up, imports, model load included) for the console command, from the call
+of `run_qa` otherwise; it ends when the summary is written.
 """
 
 from __future__ import annotations
@@ -13,9 +13,22 @@ import os
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Iterator
 
-PROCESS_START = time.monotonic()
+
+
+def process_start() -> float:
+    """`time.monotonic()` at this process's start (read from /proc on Linux; the import time elsewhere)."""
+    try:
+        started_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return time.monotonic() - (uptime - started_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return time.monotonic()
+
+
+PROCESS_START = process_start()
 
 import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
@@ -24,7 +37,7 @@ from tqdm import tqdm  # noqa: E402
 
 from envs.question_sets import load_question_set  # noqa: E402
 from scorers import make_scorer  # noqa: E402
-from scripts.config import QAConfig, to_config  # noqa: E402
+from scripts.config import QAConfig, scorer_options, to_config  # noqa: E402
 
 RESPONSES = "responses.jsonl"
 SUMMARY = "summary.json"
@@ -55,20 +68,13 @@ def run_qa(cfg: Any, output_dir: str | os.PathLike | None = None, started: float
         )
     pending = [q for q in questions if q.id not in done]
 
-    scorer = make_scorer(
-        config.scorer.name,
-        model=config.model.spec,
-        placement={"device": config.placement.device, "dtype": config.placement.dtype},
-        schedule=config.scorer.schedule,
-        template=config.scorer.template,
-        max_batch_tokens=config.scorer.max_batch_tokens,
-    )
+    scorer = make_scorer(config.scorer.name, **scorer_options(config))
+    chunks = [pending[start : start + config.chunk_size] for start in range(0, len(pending), config.chunk_size)]
     with open(out / RESPONSES, "a", encoding="utf-8") as sink, tqdm(
         total=len(questions), initial=len(questions) - len(pending), unit="q", desc="scoring"
     ) as bar:
-        for start in range(0, len(pending), config.chunk_size):
-            chunk = pending[start : start + config.chunk_size]
-            rows = [response_row(q, d) for q, d in zip(chunk, scorer.decide_many(chunk), strict=True)]
+        for chunk, decisions in zip(chunks, decide_chunks(scorer, chunks, config.pipeline)):
+            rows = [response_row(q, d) for q, d in zip(chunk, decisions, strict=True)]
             sink.write("".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
             sink.flush()
             os.fsync(sink.fileno())
@@ -82,6 +88,22 @@ def run_qa(cfg: Any, output_dir: str | os.PathLike | None = None, started: float
     accuracy = "n/a" if summary["accuracy"] is None else f"{summary['accuracy']:.4f}"
     print(f"accuracy {accuracy} ({summary['correct']}/{summary['graded']}); results in {out.resolve()}")
     return summary
+
+
+def decide_chunks(scorer, chunks: list, pipeline: bool) -> Iterator[list]:
+    """Decisions chunk by chunk. With `pipeline` (and a scorer that splits `prepare`/`score`), one
+    persistent worker prepares the next chunk while the current one is scored: at most one chunk ahead."""
+    if not (pipeline and hasattr(scorer, "prepare")):
+        for chunk in chunks:
+            yield scorer.decide_many(chunk)
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prepare") as worker:
+        ahead = worker.submit(scorer.prepare, chunks[0]) if chunks else None
+        for index in range(len(chunks)):
+            prepared = ahead.result()
+            if index + 1 < len(chunks):
+                ahead = worker.submit(scorer.prepare, chunks[index + 1])
+            yield scorer.score(prepared)
 
 
 def response_row(question, decision) -> dict:
@@ -123,10 +145,11 @@ def read_responses(path: Path) -> dict[str, dict]:
 
 
 def run_settings(config: QAConfig) -> dict:
-    """What must not change between a run and its resumption (all but output_dir, chunk_size, limit)."""
+    """What must not change between a run and its resumption (all but output_dir, chunk_size, pipeline, limit)."""
     settings = asdict(config)
     settings.pop("output_dir")
     settings.pop("chunk_size")
+    settings.pop("pipeline")
     settings["dataset"].pop("limit")
     return settings
 

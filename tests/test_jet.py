@@ -91,3 +91,31 @@ def test_architecture_kind_from_config():
     assert architecture_kind(LlamaConfig()) == "attention"
     hybrid = Qwen3_5TextConfig(num_hidden_layers=4, layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"])
     assert architecture_kind(hybrid) == "hybrid"
+
+
+def test_schedules_agree_on_20_mmlu_questions(embedded):
+    from envs.question_sets import load_mmlu
+
+    questions = load_mmlu(subset="per_subject_5", limit=20)
+    reference = scorer(embedded, template="none", schedule="independent").decide_many(questions)
+    for schedule in ("batched", "packed"):
+        decisions = scorer(embedded, template="none", schedule=schedule, max_batch_tokens=400).decide_many(questions)
+        delta = max(abs(x - y) for d, r in zip(decisions, reference) for x, y in zip(d.logprobs, r.logprobs))
+        print(f"{schedule}: max |delta logprob| vs independent over 20 MMLU questions = {delta:.2e}")
+        assert [d.choice for d in decisions] == [r.choice for r in reference]
+        assert delta < 1e-4
+
+
+def test_reasoning_trace_joins_the_shared_context(embedded):
+    question = Question(context="Which is heavier, a kilogram of iron or a gram of feathers?",
+                        candidates=["the iron", "the feathers"], id="r1")
+    options = dict(reasoning=True, reasoning_tokens=12)
+    first = scorer(embedded, **options).decide(question)
+    again = scorer(embedded, schedule="independent", **options).decide(question)
+    plain = scorer(embedded).decide(question)
+    assert first.trace and first.trace == again.trace
+    assert first.to_dict()["trace"] == first.trace and "trace" not in plain.to_dict()
+    assert first.usage.prefix_tokens > plain.usage.prefix_tokens
+    assert max(abs(a - b) for a, b in zip(first.logprobs, again.logprobs)) < 1e-4
+    with pytest.raises(ValueError, match="reasoning_tokens must be at least 1"):
+        scorer(embedded, reasoning=True, reasoning_tokens=0)

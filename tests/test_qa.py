@@ -149,3 +149,13 @@ def test_console_entry(tmp_path, fake_scorer, monkeypatch, capsys):
     assert (out / ".hydra" / "config.yaml").exists()  # Hydra's run dir follows output_dir
     assert json.loads((out / "summary.json").read_text())["wall_seconds"] > 0
     assert f"results in {out}" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_pipelined_preparation_writes_byte_identical_responses(tmp_path):
+    folders = {}
+    for pipeline in (True, False):
+        folders[pipeline] = tmp_path / f"pipeline-{pipeline}"
+        qa.run_qa(qa_config(folders[pipeline], "scorer.name=jet", "dataset.limit=10", "chunk_size=3", f"pipeline={pipeline}"))
+    assert (folders[True] / "responses.jsonl").read_bytes() == (folders[False] / "responses.jsonl").read_bytes()
+    assert len(lines(folders[True])) == 10
