@@ -124,6 +124,11 @@ def load_model(spec: str, placement: Placement | str | dict | None = None) -> Lo
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
 
     placement = Placement.of(placement)
+    if placement.device in ("cuda", "offload_experts"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"placement {placement.device!r} needs a CUDA GPU and torch sees none; use placement=cpu")
     source = resolve(spec)
     try:
         config = AutoConfig.from_pretrained(source)
@@ -144,5 +149,9 @@ def load_model(spec: str, placement: Placement | str | dict | None = None) -> Lo
         model = AutoModelForCausalLM.from_pretrained(source, **placement.load_kwargs())
     if placement.device == "cuda":
         model = model.to("cuda")
+    elif placement.device == "offload_experts":
+        from .placement import offload_experts
+
+        offload_experts(model, "cuda")
     model.eval()
     return LoadedModel(spec, model, tokenizer, processor, kind, context_window(config))

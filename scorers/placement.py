@@ -6,14 +6,16 @@ from dataclasses import dataclass
 from typing import Literal
 
 DTYPES = ("float32", "bfloat16", "float16")
-DEVICES = ("cpu", "cuda", "auto")
+DEVICES = ("cpu", "cuda", "auto", "offload_experts")
 
 
 @dataclass(frozen=True)
 class Placement:
-    """`cpu` (fp32 default), `cuda` (one GPU) or `auto` (accelerate's device_map over what exists)."""
+    """`cpu` (fp32 default), `cuda` (one GPU), `auto` (accelerate's device_map over what exists) or
+    `offload_experts` (mixture-of-experts models: routed experts run on the CPU, everything else on
+    the GPU; all weights stay resident, nothing is streamed from disk)."""
 
-    device: Literal["cpu", "cuda", "auto"] = "cpu"
+    device: Literal["cpu", "cuda", "auto", "offload_experts"] = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
 
     def __post_init__(self):
@@ -41,3 +43,40 @@ class Placement:
         if self.device == "auto":
             kwargs["device_map"] = "auto"
         return kwargs
+
+
+def routed_expert_modules(model) -> list[tuple[str, object]]:
+    """The routed-expert containers of a mixture-of-experts model (`...experts`, not shared experts)."""
+    return [(name, module) for name, module in model.named_modules()
+            if name.rsplit(".", 1)[-1] == "experts" and "shared" not in name]
+
+
+def offload_experts(model, device: str = "cuda") -> int:
+    """Put the model on `device` except its routed experts, which stay and run on the CPU.
+
+    Hooks move each expert call's tensor inputs to the CPU and its outputs back to `device`.
+    Returns the bytes of expert weights kept on the CPU; a model without routed experts is refused."""
+    import torch
+
+    experts = routed_expert_modules(model)
+    if not experts:
+        raise ValueError("placement 'offload_experts' needs a mixture-of-experts model; this one has no routed experts")
+    model.to(device)
+    cpu = torch.device("cpu")
+    to = lambda value, target: value.to(target) if isinstance(value, torch.Tensor) else value  # noqa: E731
+
+    def inputs_to_cpu(module, args, kwargs):
+        return tuple(to(a, cpu) for a in args), {k: to(v, cpu) for k, v in kwargs.items()}
+
+    def outputs_back(module, args, kwargs, output):
+        if isinstance(output, tuple):
+            return tuple(to(o, device) for o in output)
+        return to(output, device)
+
+    kept = 0
+    for _, module in experts:
+        module.to(cpu)
+        module.register_forward_pre_hook(inputs_to_cpu, with_kwargs=True)
+        module.register_forward_hook(outputs_back, with_kwargs=True)
+        kept += sum(p.numel() * p.element_size() for p in module.parameters())
+    return kept
