@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -37,6 +38,7 @@ from tqdm import tqdm  # noqa: E402
 
 from envs.question_sets import load_question_set  # noqa: E402
 from scorers import make_scorer  # noqa: E402
+from scripts.benchmarks_doc import write_section  # noqa: E402
 from scripts.config import QAConfig, scorer_options, to_config  # noqa: E402
 
 RESPONSES = "responses.jsonl"
@@ -85,6 +87,9 @@ def run_qa(cfg: Any, output_dir: str | os.PathLike | None = None, started: float
     summary = summarize(responses, config, scorer.describe(), len(pending), time.monotonic() - started)
     (out / SUMMARY).write_text(json.dumps(summary, sort_keys=True, indent=2) + "\n", encoding="utf-8")
     (out / REPORT).write_text(render_report(summary), encoding="utf-8")
+    if config.record:
+        command = "jetgym-qa " + " ".join(sys.argv[1:])
+        write_section(f"qa-{config.record}", f"{render_report(summary)}\nCommand: `{command}`\n".replace("# QA:", "## QA:", 1))
     accuracy = "n/a" if summary["accuracy"] is None else f"{summary['accuracy']:.4f}"
     print(f"accuracy {accuracy} ({summary['correct']}/{summary['graded']}); results in {out.resolve()}")
     return summary
@@ -145,11 +150,12 @@ def read_responses(path: Path) -> dict[str, dict]:
 
 
 def run_settings(config: QAConfig) -> dict:
-    """What must not change between a run and its resumption (all but output_dir, chunk_size, pipeline, limit)."""
+    """What must not change between a run and its resumption (all but output_dir, chunk_size, pipeline, record, limit)."""
     settings = asdict(config)
     settings.pop("output_dir")
     settings.pop("chunk_size")
     settings.pop("pipeline")
+    settings.pop("record")
     settings["dataset"].pop("limit")
     return settings
 
