@@ -13,7 +13,7 @@ from hydra.errors import ConfigCompositionException
 from scripts.config import EpisodeConfig, QAConfig, to_config
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
-JOBS = {"qa": (QAConfig, ("model", "scorer", "placement", "dataset")), "episode": (EpisodeConfig, ("model", "scorer", "placement"))}
+JOBS = {"qa": (QAConfig, ("model", "scorer", "placement", "dataset", "pruning")), "episode": (EpisodeConfig, ("model", "scorer", "placement"))}
 
 
 def options(group: str) -> list[str]:
@@ -104,3 +104,19 @@ def test_bad_values_fail_validation(override, message):
 def test_wrong_type_fails_at_composition():
     with pytest.raises(ConfigCompositionException, match="max_batch_tokens"):
         compose_job("qa", ["scorer.max_batch_tokens=many"])
+
+
+def test_fastjev_ablation_overrides_compose():
+    from scripts.config import scorer_options
+
+    config = to_config(compose_job("qa", ["scorer=fastjev", "scorer.components=[T,S,P]", "pruning=budget", "pruning.k=4"]))
+    assert (config.scorer.components, config.pruning.k) == (["T", "S", "P"], 4)
+    options = scorer_options(config)
+    assert (options["components"], options["pruning_k"]) == (["T", "S", "P"], 4)
+    assert to_config(compose_job("qa", ["scorer=fastjev", "scorer.components=[S,P]"])).scorer.components == ["S", "P"]
+    with pytest.raises(ValueError, match="unknown scorer.components entry 'X'"):
+        to_config(compose_job("qa", ["scorer=fastjev", "scorer.components=[T,X]"]))
+    with pytest.raises(ValueError, match="pruning.k must be >= 0"):
+        to_config(compose_job("qa", ["pruning=budget", "pruning.k=-1"]))
+    with pytest.raises(ValueError, match="apply to scorer=fastjev only"):
+        scorer_options(to_config(compose_job("qa", ["scorer=jet", "pruning=budget"])))

@@ -1,0 +1,304 @@
+"""FastJEV: T and S equal the independent reference within 1e-4 (fp32) on tiny attention-only and hybrid
+models; trie counts; P with k=0 equals no pruning; calibration is deterministic and never reads labels;
+bad options fail with clear messages."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+
+import pytest
+
+from scorers import execution
+from scorers.fastjev.options import FastJevOptions, parse_components
+from scorers.fastjev.trie import CandidateTrie
+from tiny_models import VOCAB, random_question, shared_question, tiny_llama, tiny_qwen3, tiny_qwen35_hybrid
+
+TOLERANCE = 1e-4
+ATTENTION = {"llama": tiny_llama, "qwen3": tiny_qwen3}
+ALL = {**ATTENTION, "qwen35-hybrid": tiny_qwen35_hybrid}
+
+
+@pytest.fixture(scope="module", params=sorted(ALL))
+def any_model(request):
+    return request.param, ALL[request.param]()
+
+
+def max_delta(a, b):
+    assert len(a) == len(b)
+    return max(abs(x - y) for x, y in zip(a, b))
+
+
+def questions(seed: int, n: int = 5):
+    rng = random.Random(seed)
+    out = [random_question(rng) for _ in range(n)]
+    out += [shared_question(rng, 6, 9, 0.75, levels) for levels in (1, 2)]
+    return out
+
+
+def test_segmented_trie_and_flat_equal_independent(any_model):
+    from scorers.fastjev.segmented import score_segmented
+
+    _, model = any_model
+    for i, question in enumerate(questions(5, 3)):
+        max_batch_tokens = (5, 1024)[i % 2]  # several calls per sibling group, and one
+        reference = execution.score_independent(model, question).logprobs
+        for share_trie in (True, False):  # T on / off
+            trie = CandidateTrie.build(len(question.prefix), question.continuations, share=share_trie)
+            for share_state in (True, False):  # S on (Share/Drop) / off (Copy/Keep)
+                scored = score_segmented(model, question.prefix, trie, max_batch_tokens, share=share_state)
+                assert max_delta(scored.logprobs, reference) < TOLERANCE
+
+
+@pytest.mark.parametrize("name", sorted(ATTENTION))
+def test_packed_trie_equals_independent(name):
+    from scorers.fastjev.packed import score_packed_many
+
+    model = ATTENTION[name]()
+    qs = questions(3, 8)
+    items = [(q.prefix, CandidateTrie.build(len(q.prefix), q.continuations)) for q in qs]
+    for max_batch_tokens in (6, 60, 4096):  # oversized questions split by root subtrees; several share a call
+        for scored, q in zip(score_packed_many(model, items, max_batch_tokens), qs):
+            assert max_delta(scored.logprobs, execution.score_independent(model, q).logprobs) < TOLERANCE
+
+
+@pytest.mark.parametrize("name", sorted(ATTENTION))
+def test_packed_and_segmented_prune_alike(name):
+    """P acts the same in every schedule: the prefix runs all layers, candidate paths skip the mask."""
+    from scorers.fastjev.packed import score_packed_many
+    from scorers.fastjev.segmented import score_segmented
+
+    model = ATTENTION[name]()
+    for q in questions(4, 4):
+        trie = CandidateTrie.build(len(q.prefix), q.continuations)
+        segmented = score_segmented(model, q.prefix, trie, 64, skip=(1,)).logprobs
+        for cap in (8, 4096):
+            packed = score_packed_many(model, [(q.prefix, trie)], cap, skip=(1,))[0].logprobs
+            assert max_delta(packed, segmented) < TOLERANCE
+        unpruned = score_segmented(model, q.prefix, trie, 64).logprobs
+        if any(len(c) > 1 for c in q.continuations):
+            assert max_delta(segmented, unpruned) > 1e-6  # the mask really changes candidate paths
+
+
+def test_pruned_hybrid_keeps_prefix_full():
+    """On a hybrid model, skipping a layer in candidate paths only: single-token candidates keep their scores."""
+    from scorers.fastjev.segmented import score_segmented
+
+    model = tiny_qwen35_hybrid()
+    q = random_question(random.Random(9))
+    q = type(q)(q.prefix, ((3,), (5, 6, 7), (3, 8), (9,)))
+    trie = CandidateTrie.build(len(q.prefix), q.continuations)
+    reference = execution.score_independent(model, q).logprobs
+    for layer in range(4):
+        pruned = score_segmented(model, q.prefix, trie, 64, skip=(layer,)).logprobs
+        assert abs(pruned[0] - reference[0]) < TOLERANCE and abs(pruned[3] - reference[3]) < TOLERANCE
+
+
+def brute_force_count(continuations) -> int:
+    return len({tuple(c[:k]) for c in continuations for k in range(1, len(c) + 1)})
+
+
+def test_trie_logical_tokens_equal_brute_force():
+    rng = random.Random(0)
+    for _ in range(200):
+        q = random_question(rng)
+        trie = CandidateTrie.build(len(q.prefix), q.continuations)
+        assert trie.logical_tokens == brute_force_count(q.continuations)
+        assert trie.unmerged_tokens == sum(len(c) for c in q.continuations)
+        assert [tuple(trie.token[n] for n in path) for path in trie.paths] == list(q.continuations)
+        assert all(trie.position[n] == len(q.prefix) + d for path in trie.paths for d, n in enumerate(path))
+        flat = CandidateTrie.build(len(q.prefix), q.continuations, share=False)
+        assert flat.logical_tokens == flat.unmerged_tokens
+        fed = set(trie.fed())
+        assert sorted(n for s in trie.segments() for n in s.nodes) == sorted(fed)
+
+
+def test_trie_keys_include_parent_and_segments_end_at_forks():
+    # "a b c", "a b d", "x b c", duplicate "a b c": equal tokens after different histories stay apart
+    trie = CandidateTrie.build(10, [(1, 2, 3), (1, 2, 4), (9, 2, 3), (1, 2, 3)])
+    assert trie.logical_tokens == 7
+    assert trie.paths[0] == trie.paths[3]
+    segments = trie.segments()
+    assert [s.nodes for s in segments] == [(0, 1), (4, 5)]  # fed chains "a b" and "x b"; both end at fed leaves
+    assert all(not s.internal and s.parent == -1 for s in segments)
+    fork = CandidateTrie.build(0, [(1, 2, 3, 4), (1, 2, 5, 6), (1, 7)])
+    # nodes 0:1 1:2 2:3 3:4 4:5 5:6 6:7; node 6 is an unfed leaf, so 0 -> 1 is one chain ending at the fork 1
+    assert [(s.nodes, s.parent, s.internal) for s in fork.segments()] == [((0, 1), -1, True), ((2,), 0, False), ((4,), 0, False)]
+
+
+def test_s_reduces_peak_live_state_on_hybrid():
+    from scorers.fastjev.segmented import score_segmented
+
+    model = tiny_qwen35_hybrid()
+    q = shared_question(random.Random(1), 8, 10, 0.5, levels=2)
+    trie = CandidateTrie.build(len(q.prefix), q.continuations)
+    share = score_segmented(model, q.prefix, trie, 1024, share=True)
+    copy = score_segmented(model, q.prefix, trie, 1024, share=False)
+    assert max_delta(share.logprobs, copy.logprobs) < TOLERANCE
+    assert share.peak_recurrent_bytes < copy.peak_recurrent_bytes
+    assert share.work.cache_bytes < copy.work.cache_bytes
+
+
+# ---------------------------------------------------------------- the scorer
+
+
+class TinyLoaded:
+    def __init__(self, model, kind):
+        from transformers import PreTrainedTokenizerFast
+
+        self.model, self.kind, self.spec, self.window, self.processor = model, kind, f"tiny-{kind}", 512, None
+        self.tokenizer = CharTokenizer()
+
+
+class CharTokenizer:
+    """Maps characters to ids below the tiny vocabulary (enough for `encode` with template='none')."""
+
+    chat_template = None
+
+    def __call__(self, text, add_special_tokens=False):
+        ids = ([1] if add_special_tokens else []) + [2 + (ord(ch) % (VOCAB - 2)) for ch in text]
+        return {"input_ids": ids}
+
+
+def tiny_scorer(kind="attention", **options):
+    from scorers import make_scorer
+
+    model = tiny_llama() if kind == "attention" else tiny_qwen35_hybrid()
+    return make_scorer("fastjev", model=TinyLoaded(model, kind), template="none", **options)
+
+
+def mmlu_like(n=6, seed=0):
+    from scorers import Question
+
+    rng = random.Random(seed)
+    words = ["alpha beta", "alpha gamma", "the quick fox", "the quick dog", "zeta", "the slow fox"]
+    return [Question(f"question {i}: pick one", tuple(rng.sample(words, 4)), gold=0, id=f"q{i}") for i in range(n)]
+
+
+SCORER_CASES = [("attention", c, s) for s in ("auto", "segmented", "packed") for c in (["T", "S"], [])] + [
+    ("hybrid", c, s) for s, c in (("auto", ["T", "S"]), ("segmented", ["T"]), ("segmented", ["S"]), ("packed", ["T", "S"]))
+]
+
+
+@pytest.mark.parametrize("kind,components,schedule", SCORER_CASES)
+def test_scorer_components_equal_jet_independent(kind, components, schedule):
+    from scorers import make_scorer
+
+    if schedule == "packed" and kind == "hybrid":
+        with pytest.raises(ValueError, match="needs an attention-only model"):
+            tiny_scorer(kind, components=components, schedule=schedule)
+        return
+    scorer = tiny_scorer(kind, components=components, schedule=schedule)
+    jet = make_scorer("jet", model=scorer.loaded, template="none", schedule="independent")
+    qs = mmlu_like()
+    for mine, ref in zip(scorer.decide_many(qs), jet.decide_many(qs)):
+        assert max_delta(mine.logprobs, ref.logprobs) < TOLERANCE
+        assert mine.choice == ref.choice
+
+
+def test_k0_equals_no_pruning(tmp_path):
+    scorer = tiny_scorer(components=["T", "S", "P"], pruning_k=0)
+    plain = tiny_scorer(components=["T", "S"])
+    assert scorer.skip == ()
+    qs = mmlu_like(4, 1)
+    assert [d.logprobs for d in scorer.decide_many(qs)] == [d.logprobs for d in plain.decide_many(qs)]
+
+
+def test_duplicates_stay_separate_entries():
+    from scorers import Question
+
+    scorer = tiny_scorer()
+    d = scorer.decide(Question("pick", ("same", "other", "same")))
+    assert d.logprobs[0] == d.logprobs[2] and len(d.probs) == 3
+
+
+@pytest.mark.parametrize(
+    "options,error,message",
+    [
+        ({"components": ["T", "X"]}, ValueError, "unknown fastjev component 'X'"),
+        ({"schedule": "trie"}, ValueError, "unknown schedule 'trie'"),
+        ({"pruning_k": -1}, ValueError, "pruning k must be >= 0"),
+        ({"pruning_k": 2, "components": ["T", "S"]}, ValueError, "needs component P"),
+        ({"max_batch_tokens": 0}, ValueError, "max_batch_tokens must be at least 1"),
+    ],
+)
+def test_bad_options(options, error, message):
+    with pytest.raises(error, match=message):
+        FastJevOptions(**options)
+
+
+def test_bad_budget_and_missing_calibration(tmp_path):
+    with pytest.raises(FileNotFoundError, match="run `jetgym-calibrate"):
+        tiny_scorer(pruning_k=1, calibration=str(tmp_path / "missing.json"))
+    record = {"layers": 2, "ranking": [1, 0], "J": [0.5, 0.1]}
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=r"pruning k must be in \[0, 1\] for a 2-layer model, got 2"):
+        tiny_scorer(pruning_k=2, calibration=str(path))
+    assert tiny_scorer(pruning_k=1, calibration=str(path)).skip == (1,)
+    (tmp_path / "bad.json").write_text(json.dumps({**record, "layers": 30}))
+    with pytest.raises(ValueError, match="is for a 30-layer model"):
+        tiny_scorer(pruning_k=1, calibration=str(tmp_path / "bad.json"))
+
+
+def test_parse_components_forms():
+    assert parse_components("T+S+P") == ("T", "S", "P")
+    assert parse_components(["p", "t"]) == ("T", "P")
+    assert parse_components("SP") == ("S", "P")
+
+
+# ---------------------------------------------------------------- calibration
+
+
+class NoLabels:
+    """A question whose gold and labels raise when read."""
+
+    def __init__(self, context, candidates, kind="categorical"):
+        self.context, self.candidates, self.kind, self.images, self.id = context, candidates, kind, (), None
+
+    @property
+    def gold(self):
+        raise AssertionError("calibration read gold")
+
+    @property
+    def labels(self):
+        raise AssertionError("calibration read labels")
+
+
+@pytest.mark.parametrize("kind", ["attention", "hybrid"])
+def test_calibration_deterministic_and_label_free(kind):
+    from scorers.fastjev.calibration import calibrate
+
+    scorer = tiny_scorer(kind)
+    qs = [NoLabels(q.context, q.candidates) for q in mmlu_like(4, 2)]
+    first = calibrate(scorer, qs, "tiny", progress=False)
+    second = calibrate(scorer, qs, "tiny", progress=False)
+    assert json.dumps(first, sort_keys=True) == json.dumps(second, sort_keys=True)
+    assert first["layers"] == scorer.n_layers == len(first["J"])
+    assert sorted(first["ranking"]) == list(range(scorer.n_layers))
+    assert all(first["J"][a] <= first["J"][b] for a, b in zip(first["ranking"], first["ranking"][1:]))
+
+
+def test_sensitivity_formula():
+    from scorers.fastjev.calibration import sensitivity
+
+    assert sensitivity([1.0, 2.0, 3.0], [2.0, 3.0, 4.0]) == 0.0  # a common shift changes nothing
+    assert sensitivity([1.0, 1.0], [1.0, 2.0]) == pytest.approx(0.5 / 1e-8)  # eps guards a flat z
+    assert sensitivity([0.0, 2.0], [0.0, 4.0]) == pytest.approx(1.0)
+
+
+def test_calibration_plot_and_file(tmp_path):
+    from scorers.fastjev.calibration import plot_sensitivity, write_calibration
+
+    record = {"model": "tiny", "layers": 3, "J": [0.2, 0.05, 1.0], "ranking": [1, 0, 2], "questions": 2}
+    assert write_calibration(record, tmp_path / "c.json").exists()
+    assert plot_sensitivity(record, tmp_path / "c.png", k=1).stat().st_size > 0
+
+
+def test_import_scorers_stays_torch_free():
+    import subprocess
+
+    code = "import sys, scorers; assert 'fastjev' in scorers.available_scorers(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
