@@ -32,9 +32,10 @@ class Work:
     candidate_tokens: int = 0
     forward_calls: int = 0
     cache_bytes: int = 0
+    image_tokens: int = 0
 
     def usage(self) -> Usage:
-        return Usage(self.prefix_tokens, self.candidate_tokens, self.forward_calls, self.cache_bytes)
+        return Usage(self.prefix_tokens, self.candidate_tokens, self.forward_calls, self.cache_bytes, self.image_tokens)
 
 
 @dataclass
@@ -73,6 +74,31 @@ def _gather_sums(logits: torch.Tensor, rows: list[int], targets: list[int], owne
     return sums.cpu().tolist()
 
 
+def _prefix_inputs(model, question: EncodedQuestion, added: int = 0) -> dict:
+    """The question's extra prefix inputs (image pixels, grid, ...; none for text) on the model's device.
+
+    Per-token inputs (shape (1, prefix length), e.g. `mm_token_type_ids`) get `added` zeros (text tokens)
+    for the candidate tokens that follow the prefix in the same call."""
+    if not question.prefix_inputs:
+        return {}
+    device, p, inputs = _device(model), len(question.prefix), {}
+    for name, value in question.prefix_inputs.items():
+        if isinstance(value, torch.Tensor):
+            if added and value.ndim == 2 and tuple(value.shape) == (1, p):
+                value = torch.cat([value, value.new_zeros(1, added)], dim=1)
+            value = value.to(device, model.dtype) if value.is_floating_point() else value.to(device)
+        inputs[name] = value
+    return inputs
+
+
+def _forget_positions(model) -> None:
+    """Drop position offsets a vision-language model kept from its last prefix (Qwen-VL `rope_deltas`,
+    which its cached calls add to the cache length): the next prefix call sets them afresh."""
+    for module in model.modules():
+        if getattr(module, "rope_deltas", None) is not None:
+            module.rope_deltas = None
+
+
 # ---------------------------------------------------------------- independent (reference)
 
 @torch.inference_mode()
@@ -83,12 +109,14 @@ def score_independent(model, question: EncodedQuestion) -> Scored:
     p = len(question.prefix)
     for continuation in question.continuations:
         ids = torch.tensor([question.prefix + continuation], device=device)
-        logits = model(input_ids=ids).logits[0, p - 1 : p - 1 + len(continuation)]
+        extra = _prefix_inputs(model, question, len(continuation))
+        logits = model(input_ids=ids, **extra).logits[0, p - 1 : p - 1 + len(continuation)]
         rows = list(range(len(continuation)))
         scored.logprobs += _gather_sums(logits, rows, list(continuation), [0] * len(rows), 1)
         scored.work.prefix_tokens += p
         scored.work.candidate_tokens += len(continuation)
         scored.work.forward_calls += 1
+    scored.work.image_tokens = question.image_tokens
     return scored
 
 
@@ -98,10 +126,14 @@ def score_independent(model, question: EncodedQuestion) -> Scored:
 def _prefix_with_cache(model, question: EncodedQuestion, scored: Scored):
     """Run the prefix once, keep its cache, and score every candidate's first token from its last logits."""
     device = _device(model)
-    out = model(input_ids=torch.tensor([question.prefix], device=device), use_cache=True, logits_to_keep=1)
+    extra = _prefix_inputs(model, question)
+    if question.prefix_inputs is not None:
+        _forget_positions(model)
+    out = model(input_ids=torch.tensor([question.prefix], device=device), use_cache=True, logits_to_keep=1, **extra)
     firsts = [c[0] for c in question.continuations]
     scored.logprobs = _gather_sums(out.logits[0, -1:], [0] * len(firsts), firsts, list(range(len(firsts))), len(firsts))
     scored.work.prefix_tokens += len(question.prefix)
+    scored.work.image_tokens = question.image_tokens
     scored.work.forward_calls += 1
     scored.work.cache_bytes = cache_bytes(out.cache)
     return out.cache

@@ -24,12 +24,14 @@ class JetOptions:
         questions share a call in `decide_many`), `sequential` (prefix state once, then one candidate at a
         time after restoring the unchanged prefix state: one stored and one working state; any model
         kind, the one for hybrid recurrent + attention models), or `auto`: `packed` for attention-only
-        models (see docs/benchmarks.md), `sequential` for hybrid models, `independent` for others.
-        `batched` and `packed` need an attention-only model.
+        models (see docs/benchmarks.md), `sequential` for hybrid and vision-language models (the images
+        run once, with the prefix), `independent` for others. `batched` and `packed` need an
+        attention-only model.
     max_batch_tokens: the most tokens one continuation call takes; larger sets run in groups.
     reasoning: generate a trace once per question (at most `reasoning_tokens`, greedy when
         `reasoning_temperature` is 0, else sampled with `reasoning_seed`), append it and
-        `reasoning_suffix` to the shared context, and record it in the decision. Text only.
+        `reasoning_suffix` to the shared context, and record it in the decision. Text only: refused for
+        questions with images.
     """
 
     model: str = "smollm2-135m-instruct"
@@ -86,7 +88,7 @@ class JetScorer:
     def schedule(self) -> str:
         if self.options.schedule != "auto":
             return self.options.schedule
-        return {"attention": "packed", "hybrid": "sequential"}.get(self.loaded.kind, "independent")
+        return {"attention": "packed", "hybrid": "sequential", "vision": "sequential"}.get(self.loaded.kind, "independent")
 
     def decide(self, question: Question) -> Decision:
         return self.decide_many([question])[0]
@@ -110,16 +112,26 @@ class JetScorer:
         for question in questions:
             candidates = question.candidates or self.options.binary_texts
             validate_candidates(candidates, question.kind)
-            if question.images:
-                raise ValueError(f"model {self.loaded.spec!r} cannot score images: this scorer reads text only")
+            vision = self.loaded.kind == "vision"
+            if question.images and not vision:
+                raise ValueError(f"model {self.loaded.spec!r} cannot score images: it is a text-only "
+                                 f"({self.loaded.kind}) model; use a vision-language model")
+            if question.images and self.options.reasoning:
+                raise ValueError("reasoning is not supported with image input: set reasoning=False")
             trace = None
             trace_ids: list[int] = []
             if self.options.reasoning:
                 context_ids = render_context(self.loaded.tokenizer, question.context, self.options.template)
                 trace, trace_ids = self._reasoning_trace(question, context_ids)
             unique = tuple(dict.fromkeys(candidates))  # identical texts are scored once, so they score identically
-            encoded = encode(self.loaded.tokenizer, question.context, unique, self.options.template,
-                             self.loaded.window, trace_ids)
+            if question.images or (vision and self.options.template == "chat" and not self.options.reasoning):
+                from .vision import encode_vision  # the processor renders images (and text for vision models)
+
+                encoded = encode_vision(self.loaded.processor, question.context, question.images, unique,
+                                        self.options.template, self.loaded.window)
+            else:
+                encoded = encode(self.loaded.tokenizer, question.context, unique, self.options.template,
+                                 self.loaded.window, trace_ids)
             prepared.append(Prepared(question, tuple(candidates), unique, encoded, trace))
         return prepared
 

@@ -5,8 +5,8 @@ Context and candidate are tokenized separately and concatenated, so the boundary
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Sequence
 
 Template = Literal["chat", "none"]
 TEMPLATES = ("chat", "none")
@@ -14,8 +14,13 @@ TEMPLATES = ("chat", "none")
 
 @dataclass(frozen=True)
 class EncodedQuestion:
+    """`prefix_inputs`: extra model inputs of the prefix from a vision-language processor (pixel values,
+    image grid, per-token type ids, ...); `image_tokens`: how many prefix tokens are visual placeholders."""
+
     prefix: tuple[int, ...]
     continuations: tuple[tuple[int, ...], ...]
+    prefix_inputs: dict[str, Any] | None = field(default=None, compare=False)
+    image_tokens: int = 0
 
     @property
     def longest(self) -> int:
@@ -44,16 +49,27 @@ def encode(tokenizer, context, texts: Sequence[str], template: Template, window:
     prefix = render_context(tokenizer, context, template) + list(trace_ids)
     if not prefix:
         raise ValueError("the context encodes to no tokens")
+    return check_window(EncodedQuestion(tuple(prefix), encode_continuations(tokenizer, texts)), window)
+
+
+def encode_continuations(tokenizer, texts: Sequence[str]) -> tuple[tuple[int, ...], ...]:
+    """Each candidate text's tokens, tokenized on its own (no special tokens)."""
     continuations = []
     for text in texts:
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         if not ids:
             raise ValueError(f"candidate {text!r} encodes to no tokens")
         continuations.append(tuple(ids))
-    encoded = EncodedQuestion(tuple(prefix), tuple(continuations))
+    return tuple(continuations)
+
+
+def check_window(encoded: EncodedQuestion, window: int) -> EncodedQuestion:
+    """Refuse (never truncate) a prefix that, with the longest candidate, does not fit the model window."""
+    prefix = encoded.prefix
     if len(prefix) + encoded.longest > window:
+        visual = f" ({encoded.image_tokens} of them image tokens)" if encoded.image_tokens else ""
         raise ValueError(
-            f"context of {len(prefix)} tokens plus the longest candidate ({encoded.longest} tokens) exceeds "
+            f"context of {len(prefix)} tokens{visual} plus the longest candidate ({encoded.longest} tokens) exceeds "
             f"the model window of {window} tokens; the context is never truncated: shorten it"
         )
     return encoded

@@ -92,6 +92,7 @@ class Usage:
     candidate_tokens: int = 0
     forward_calls: int = 0
     cache_bytes: int = 0
+    image_tokens: int = 0  # visual placeholder tokens in the prefix (counted in prefix_tokens too)
 
     def to_dict(self) -> dict:
         return asdict(self)
