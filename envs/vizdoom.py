@@ -1,0 +1,285 @@
+"""ViZDoom scenarios as Gymnasium envs with nine explicit controls and only visible observations.
+
+Observation: {"screen": (100, 160, 3) uint8 RGB (rendered at 320x200, downscaled 2x with area
+interpolation), "status": {name: int32 scalar}} where the status holds the numbers the player's status
+bar shows for this scenario (health, ammo of the selected weapon, kills). Nothing else leaves the
+engine: no labels/depth/automap buffers, no object or sector info, no enemy positions.
+
+Actions: `Discrete(9)` over `CONTROLS`, an explicit table of (label, candidate text, buttons). The
+engine's available buttons are overridden to `BUTTONS` for every scenario, and the action vector is
+built by button *name* against the engine's reported button order (never by position).
+
+The engine runs as a child process. If it dies mid-episode, `step` returns the last observation with
+`truncated=True` and `info["truncated_reason"]`; the engine is restarted on the next `reset`.
+`close` ends the engine and reaps its process. `vizdoom` is imported only when an env is built.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+SCREEN_SHAPE = (100, 160, 3)  # rendered RES_320X200, downscaled 2x (there is no 160x100 resolution)
+BUTTONS: tuple[str, ...] = ("MOVE_FORWARD", "MOVE_BACKWARD", "TURN_LEFT", "TURN_RIGHT", "MOVE_LEFT", "MOVE_RIGHT", "ATTACK", "USE")
+STATUS_VARIABLES = {"health": "HEALTH", "ammo": "SELECTED_WEAPON_AMMO", "kills": "KILLCOUNT"}
+STATUS_RANGE = (-(2**20), 2**20)
+TICS_PER_SECOND = 35
+
+
+@dataclass(frozen=True)
+class Control:
+    """One admissible control: `label` (id), `text` (the candidate text scored), `buttons` pressed."""
+
+    label: str
+    text: str
+    buttons: tuple[str, ...]
+
+
+CONTROLS: tuple[Control, ...] = (
+    Control("noop", "do nothing", ()),
+    Control("move_forward", "move forward", ("MOVE_FORWARD",)),
+    Control("move_backward", "move backward", ("MOVE_BACKWARD",)),
+    Control("turn_left", "turn left", ("TURN_LEFT",)),
+    Control("turn_right", "turn right", ("TURN_RIGHT",)),
+    Control("strafe_left", "strafe left", ("MOVE_LEFT",)),
+    Control("strafe_right", "strafe right", ("MOVE_RIGHT",)),
+    Control("attack", "attack", ("ATTACK",)),
+    Control("use", "use", ("USE",)),
+)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A bundled ViZDoom scenario: its cfg file, the status numbers shown, and the player's briefing."""
+
+    config: str
+    status: tuple[str, ...]
+    briefing: str
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "defend_the_center": Scenario(
+        "defend_the_center.cfg", ("health", "ammo", "kills"),
+        "You stand in the middle of a round arena. Monsters come at you from all sides. Shoot as many as you can "
+        "before they reach you; ammunition is limited.",
+    ),
+    "deadly_corridor": Scenario(
+        "deadly_corridor.cfg", ("health", "ammo", "kills"),
+        "You are at the start of a corridor guarded by soldiers on both sides. Reach the armour at the far end "
+        "alive; shooting the guards helps.",
+    ),
+    "basic": Scenario(
+        "basic.cfg", ("ammo", "kills"),
+        "You face the far wall of a square room. One monster stands somewhere along it. Kill it as fast as "
+        "you can; every shot that misses costs points.",
+    ),
+    "health_gathering": Scenario(
+        "health_gathering.cfg", ("health",),
+        "The floor is acid and drains your health. Survive by walking over the medkits lying around.",
+    ),
+}
+
+
+class EngineCrash(RuntimeError):
+    """The ViZDoom engine process died or stopped answering."""
+
+
+def _engine_children() -> set[int]:
+    """Process ids of this process's children named `vizdoom` (Linux /proc; empty elsewhere)."""
+    me, found = str(os.getpid()), set()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as file:
+                stat = file.read()
+        except OSError:
+            continue
+        name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+        if name == "vizdoom" and rest[1] == me:
+            found.add(int(entry))
+    return found
+
+
+class DoomEnv(gym.Env):
+    """A ViZDoom scenario with the nine `CONTROLS`.
+
+    scenario: a key of `SCENARIOS`; frame_skip: tics each action is held (the rewards are summed);
+    episode_timeout: episode length in tics (None: the scenario's own); render_mode: `rgb_array` or None.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": TICS_PER_SECOND}
+
+    def __init__(self, scenario: str = "defend_the_center", frame_skip: int = 4, episode_timeout: int | None = None,
+                 render_mode: str | None = None):
+        if scenario not in SCENARIOS:
+            raise ValueError(f"unknown ViZDoom scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
+        if int(frame_skip) < 1:
+            raise ValueError(f"frame_skip must be >= 1, got {frame_skip}")
+        if episode_timeout is not None and int(episode_timeout) < 1:
+            raise ValueError(f"episode_timeout must be >= 1 tic or None, got {episode_timeout}")
+        if render_mode not in (None, *self.metadata["render_modes"]):
+            raise ValueError(f"unknown render_mode {render_mode!r}; known: {', '.join(self.metadata['render_modes'])}")
+        self.scenario_name = scenario
+        self.scenario = SCENARIOS[scenario]
+        self.frame_skip = int(frame_skip)
+        self.episode_timeout = None if episode_timeout is None else int(episode_timeout)
+        self.render_mode = render_mode
+        self.metadata = {**self.metadata, "render_fps": TICS_PER_SECOND / self.frame_skip}
+        self.controls = CONTROLS
+        self.briefing = self.scenario.briefing
+        self.action_space = spaces.Discrete(len(CONTROLS))
+        self.observation_space = spaces.Dict({
+            "screen": spaces.Box(0, 255, SCREEN_SHAPE, np.uint8),
+            "status": spaces.Dict({name: spaces.Box(*STATUS_RANGE, (), np.int32) for name in self.scenario.status}),
+        })
+        self.engine_restarts = 0
+        self.engine_pid: int | None = None
+        self._game = None
+        self._vzd = None
+        self._action_vectors: list[list[float]] = []
+        self._last_obs: dict | None = None
+        self._pending_restart = False
+
+    # --- engine lifecycle -------------------------------------------------------------------------------
+    def _start(self) -> None:
+        import vizdoom as vzd
+
+        self._vzd = vzd
+        game = vzd.DoomGame()
+        game.load_config(os.path.join(vzd.scenarios_path, self.scenario.config))
+        game.set_window_visible(False)
+        # the engine writes its settings file into the working directory unless told otherwise
+        game.set_doom_config_path(os.path.join(tempfile.gettempdir(), f"jetgym-vizdoom-{os.getuid()}.ini"))
+        game.set_mode(vzd.Mode.PLAYER)
+        game.set_screen_resolution(vzd.ScreenResolution.RES_320X200)
+        game.set_screen_format(vzd.ScreenFormat.RGB24)
+        for hidden in ("depth_buffer", "labels_buffer", "automap_buffer", "objects_info", "sectors_info", "audio_buffer"):
+            getattr(game, f"set_{hidden}_enabled")(False)
+        game.set_available_buttons([getattr(vzd.Button, name) for name in BUTTONS])
+        game.set_available_game_variables([getattr(vzd.GameVariable, STATUS_VARIABLES[n]) for n in self.scenario.status])
+        if self.episode_timeout is not None:
+            game.set_episode_timeout(self.episode_timeout)
+        before = _engine_children()
+        game.init()
+        started = _engine_children() - before
+        self.engine_pid = min(started) if started else None
+        self._game = game
+        self._action_vectors = self.action_vectors([str(b).split(".")[-1] for b in game.get_available_buttons()])
+
+    def _stop(self) -> None:
+        game, pid = self._game, self.engine_pid
+        self._game, self.engine_pid = None, None
+        if game is not None:
+            try:
+                game.close()
+            except Exception:  # a crashed engine may refuse a clean close
+                pass
+        if pid is not None:  # reap a dead engine if `close` did not
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+    def _restart(self) -> None:
+        self._stop()
+        self.engine_restarts += 1
+        self._start()
+
+    def _crashes(self) -> tuple[type[BaseException], ...]:
+        vzd = self._vzd
+        return (vzd.ViZDoomErrorException, vzd.ViZDoomIsNotRunningException, vzd.ViZDoomUnexpectedExitException, EngineCrash)
+
+    @staticmethod
+    def action_vectors(engine_buttons: list[str]) -> list[list[float]]:
+        """The button vector of every control, in the engine's button order (matched by name)."""
+        if sorted(engine_buttons) != sorted(BUTTONS):
+            raise RuntimeError(f"the engine reports buttons {engine_buttons}, expected {list(BUTTONS)}")
+        return [[1.0 if button in control.buttons else 0.0 for button in engine_buttons] for control in CONTROLS]
+
+    # --- Gymnasium API ----------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if self._game is None:
+            self._start()
+        elif self._pending_restart:
+            self._restart()
+        self._pending_restart = False
+        engine_seed = int(self.np_random.integers(2**31 - 1))
+        for attempt in range(2):  # the engine can crash between episodes (after game over): restart once
+            try:
+                self._game.set_seed(engine_seed)
+                self._game.new_episode()
+                break
+            except self._crashes():
+                if attempt:
+                    raise
+                self._restart()
+        obs = self._observe()
+        return obs, {"engine_restarts": self.engine_restarts}
+
+    def step(self, action):
+        if self._game is None or self._last_obs is None:
+            raise RuntimeError("call reset() before step()")
+        if not self.action_space.contains(action):
+            raise ValueError(f"invalid action {action!r}; the action space is {self.action_space}")
+        if self._pending_restart:
+            raise RuntimeError("the episode was truncated by an engine crash; call reset()")
+        try:
+            reward = float(self._game.make_action(self._action_vectors[int(action)], self.frame_skip))
+            finished = self._game.is_episode_finished()
+            obs = self._observe()
+            timeout = finished and self._game.is_episode_timeout_reached()
+            dead = finished and self._game.is_player_dead()
+        except self._crashes() as exc:
+            self._pending_restart = True
+            info = {"engine_restarts": self.engine_restarts, "truncated_reason": f"engine crash: {exc}"}
+            return self._last_obs, 0.0, False, True, info
+        info: dict[str, Any] = {"engine_restarts": self.engine_restarts}
+        if timeout:
+            info["truncated_reason"] = "episode timeout"
+        elif finished:
+            info["terminated_reason"] = "player died" if dead else "scenario ended"
+        return obs, reward, finished and not timeout, timeout, info
+
+    def render(self):
+        if self.render_mode == "rgb_array" and self._last_obs is not None:
+            return self._last_obs["screen"].copy()
+        return None
+
+    def close(self):
+        self._stop()
+        self._last_obs = None
+
+    def __del__(self):
+        try:
+            self._stop()
+        except Exception:
+            pass
+
+    # --- observation ------------------------------------------------------------------------------------
+    def _observe(self) -> dict:
+        """Screen and status of the current state; after the episode ends, the last screen and final status."""
+        import cv2
+
+        game, vzd = self._game, self._vzd
+        state = game.get_state()
+        if state is not None:
+            screen = cv2.resize(state.screen_buffer, SCREEN_SHAPE[1::-1], interpolation=cv2.INTER_AREA)
+            values = list(state.game_variables)
+        else:
+            screen = self._last_obs["screen"] if self._last_obs is not None else np.zeros(SCREEN_SHAPE, np.uint8)
+            values = [game.get_game_variable(getattr(vzd.GameVariable, STATUS_VARIABLES[n])) for n in self.scenario.status]
+        status = {name: np.array(np.clip(round(v), *STATUS_RANGE), dtype=np.int32) for name, v in zip(self.scenario.status, values)}
+        self._last_obs = {"screen": np.ascontiguousarray(screen, dtype=np.uint8), "status": status}
+        return self._last_obs

@@ -1,0 +1,43 @@
+"""Annotated episode videos: each frame is the screen (upscaled 2x) with the chosen control and the top
+probabilities drawn in a panel below it. Written as GIF with Pillow (no ffmpeg needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+PANEL = 40
+TOP = 3
+
+
+def annotate(screen: np.ndarray, lines: Sequence[str], scale: int = 2) -> np.ndarray:
+    """The screen enlarged `scale` times with up to three text lines in a black panel underneath."""
+    import cv2
+
+    big = cv2.resize(screen, (screen.shape[1] * scale, screen.shape[0] * scale), interpolation=cv2.INTER_NEAREST)
+    panel = np.zeros((PANEL, big.shape[1], 3), np.uint8)
+    for row, line in enumerate(lines[:3]):
+        cv2.putText(panel, line, (4, 12 + 12 * row), cv2.FONT_HERSHEY_SIMPLEX, 0.36, (255, 255, 255), 1, cv2.LINE_AA)
+    return np.concatenate([big, panel], axis=0)
+
+
+def step_lines(step: int, text: str, reward: float, total: float, texts: Sequence[str], probs: Sequence[float] | None) -> list[str]:
+    """Panel text of one decision: step, chosen control, reward so far, and the top probabilities."""
+    lines = [f"step {step}: {text}", f"reward {reward:+g}  return {total:+g}"]
+    if probs is not None:
+        top = sorted(range(len(probs)), key=lambda i: -probs[i])[:TOP]
+        lines.append("  ".join(f"{texts[i]} {probs[i]:.2f}" for i in top))
+    return lines
+
+
+def write_gif(frames: Sequence[np.ndarray], path: str | Path, fps: float) -> Path:
+    from PIL import Image
+
+    if not frames:
+        raise ValueError("no frames to write")
+    path = Path(path)
+    images = [Image.fromarray(frame) for frame in frames]
+    images[0].save(path, save_all=True, append_images=images[1:], duration=max(20, round(1000 / fps)), loop=0, optimize=False)
+    return path
