@@ -43,7 +43,7 @@ def test_every_config_composes(job, overrides):
 def test_groups_have_options():
     for group in ("model", "scorer", "placement", "dataset"):
         assert options(group), group
-    assert options("placement") == ["auto", "cpu", "cuda"]
+    assert options("placement") == ["auto", "cpu", "cuda", "offload_experts"]
     assert options("dataset") == ["jsonl", "mmlu"]
 
 
