@@ -205,15 +205,15 @@ def score_batched(model, question: EncodedQuestion, max_batch_tokens: int) -> Sc
 # ---------------------------------------------------------------- packed
 
 class PackedCall:
-    """One packed forward call: token ids with (block, candidate, position) tags and the logit rows to gather.
+    """One question's row of a packed forward call: token ids tagged with (candidate, position), and
+    the logit rows to gather.
 
-    Token i may attend to token j iff both are in the same block (question), j's position is not
-    after i's, and j is a prefix token (candidate -1) or belongs to i's own candidate.
+    Token i may attend to token j iff j's position is not after i's and j is a prefix token
+    (candidate -1) or belongs to i's own candidate. Several rows (questions) run as one batch.
     """
 
     def __init__(self):
         self.tokens: list[int] = []
-        self.block: list[int] = []
         self.candidate: list[int] = []
         self.position: list[int] = []
         self.rows: list[int] = []  # token index whose logits predict the target
@@ -223,62 +223,78 @@ class PackedCall:
     def __len__(self):
         return len(self.tokens)
 
-    def _append(self, token: int, block: int, candidate: int, position: int):
+    def _append(self, token: int, candidate: int, position: int):
         self.tokens.append(token)
-        self.block.append(block)
         self.candidate.append(candidate)
         self.position.append(position)
 
-    def add_prefix(self, block: int, prefix, first_tokens: list[int], owners: list[int]):
+    def add_prefix(self, prefix, first_tokens: list[int], owners: list[int]):
         for position, token in enumerate(prefix):
-            self._append(token, block, -1, position)
+            self._append(token, -1, position)
         last = len(self.tokens) - 1
         for token, owner in zip(first_tokens, owners):
             self.rows.append(last)
             self.targets.append(token)
             self.owners.append(owner)
 
-    def add_continuation(self, block: int, start: int, tokens, owner: int):
+    def add_continuation(self, start: int, tokens, owner: int):
         """Feed all but the last token; each fed token predicts the next one."""
         for k, token in enumerate(tokens[:-1]):
-            self._append(token, block, owner, start + k)
+            self._append(token, owner, start + k)
             self.rows.append(len(self.tokens) - 1)
             self.targets.append(tokens[k + 1])
             self.owners.append(owner)
 
-    def mask(self, dtype, device, cached: int = 0, cached_block: int = 0) -> torch.Tensor:
-        """Additive 4D mask (1, 1, queries, cached + queries); `cached` prefix tokens of `cached_block` come first."""
-        block = torch.tensor(self.block, device=device)
-        candidate = torch.tensor(self.candidate, device=device)
-        position = torch.tensor(self.position, device=device)
-        key_block = torch.cat([torch.full((cached,), cached_block, device=device), block])
-        key_candidate = torch.cat([torch.full((cached,), -1, device=device), candidate])
-        key_position = torch.cat([torch.arange(cached, device=device), position])
-        allowed = (
-            (block[:, None] == key_block[None, :])
-            & (key_position[None, :] <= position[:, None])
-            & ((key_candidate[None, :] == -1) | (key_candidate[None, :] == candidate[:, None]))
-        )
-        mask = torch.zeros(allowed.shape, dtype=dtype, device=device)
-        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-        return mask[None, None]
+    def allowed(self, cached: int = 0) -> torch.Tensor:
+        """Boolean (queries, cached + queries) visibility; `cached` prefix tokens come first."""
+        candidate = torch.tensor(self.candidate)
+        position = torch.tensor(self.position)
+        key_candidate = torch.cat([torch.full((cached,), -1), candidate])
+        key_position = torch.cat([torch.arange(cached), position])
+        return (key_position[None, :] <= position[:, None]) & (
+            (key_candidate[None, :] == -1) | (key_candidate[None, :] == candidate[:, None]))
 
-    @torch.inference_mode()
-    def run(self, model, n_outputs: int, cache=None, cached: int = 0, cached_block: int = 0) -> list[float]:
-        """One forward call; returns the summed log-probs per output slot."""
-        device = _device(model)
-        keep = sorted(set(self.rows))
-        row_of = {token_index: r for r, token_index in enumerate(keep)}
-        out = model(
-            input_ids=torch.tensor([self.tokens], device=device),
-            attention_mask=self.mask(model.dtype, device, cached, cached_block),
-            position_ids=torch.tensor([self.position], device=device),
-            cache=cache,
-            use_cache=cache is not None,
-            logits_to_keep=torch.tensor(keep, device=device),
-        )
-        rows = [row_of[r] for r in self.rows]
-        return _gather_sums(out.logits[0], rows, self.targets, self.owners, n_outputs)
+
+@torch.inference_mode()
+def run_packed(model, calls: list[PackedCall], n_outputs: list[int], cache=None, cached: int = 0) -> list[list[float]]:
+    """One forward call over `calls` as left-padded batch rows; returns the summed log-probs per output slot.
+
+    Left padding ends every row at the same position, so the logit rows kept (the union over rows)
+    stay close to the longest row's needs. A padding token attends only to itself."""
+    device = _device(model)
+    width = max(len(call) for call in calls)
+    ids = torch.zeros(len(calls), width, dtype=torch.long)
+    positions = torch.zeros(len(calls), width, dtype=torch.long)
+    allowed = torch.zeros(len(calls), width, cached + width, dtype=torch.bool)
+    rows, targets, owners, pads, offset = [], [], [], [], 0
+    for b, call in enumerate(calls):
+        pad = width - len(call)
+        pads.append(pad)
+        ids[b, pad:] = torch.tensor(call.tokens)
+        positions[b, pad:] = torch.tensor(call.position)
+        visible = call.allowed(cached)
+        allowed[b, pad:, :cached] = visible[:, :cached]
+        allowed[b, pad:, cached + pad:] = visible[:, cached:]
+        allowed[b, torch.arange(pad), cached + torch.arange(pad)] = True
+        targets += call.targets
+        owners += [offset + owner for owner in call.owners]
+        offset += n_outputs[b]
+    keep = sorted({pad + r for call, pad in zip(calls, pads) for r in call.rows})
+    column = {position: k for k, position in enumerate(keep)}
+    for b, (call, pad) in enumerate(zip(calls, pads)):
+        rows += [b * len(keep) + column[pad + r] for r in call.rows]
+    mask = torch.zeros(allowed.shape, dtype=model.dtype).masked_fill_(~allowed, torch.finfo(model.dtype).min)
+    out = model(
+        input_ids=ids.to(device),
+        attention_mask=mask[:, None].to(device),
+        position_ids=positions.to(device),
+        cache=cache,
+        use_cache=cache is not None,
+        logits_to_keep=torch.tensor(keep, device=device),
+    )
+    sums = _gather_sums(out.logits.reshape(-1, out.logits.shape[-1]), rows, targets, owners, offset)
+    starts = [sum(n_outputs[:b]) for b in range(len(calls))]
+    return [sums[start : start + n] for start, n in zip(starts, n_outputs)]
 
 
 def packed_cost(question: EncodedQuestion) -> int:
@@ -286,9 +302,33 @@ def packed_cost(question: EncodedQuestion) -> int:
     return len(question.prefix) + fed_tokens(question)
 
 
+def _question_call(question: EncodedQuestion) -> PackedCall:
+    call = PackedCall()
+    owners = list(range(len(question.continuations)))
+    call.add_prefix(question.prefix, [c[0] for c in question.continuations], owners)
+    for continuation, owner in zip(question.continuations, owners):
+        call.add_continuation(len(question.prefix), continuation, owner)
+    return call
+
+
+def _row_batches(costs: list[tuple[int, int]], capacity: int) -> list[list[int]]:
+    """Batches of similar-length rows (sorted by cost) whose padded size rows x longest stays within capacity."""
+    batches, current, longest = [], [], 0
+    for index, cost in sorted(costs, key=lambda item: item[1]):
+        if current and (len(current) + 1) * max(longest, cost) > capacity:
+            batches.append(current)
+            current, longest = [], 0
+        current.append(index)
+        longest = max(longest, cost)
+    if current:
+        batches.append(current)
+    return batches
+
+
 @torch.inference_mode()
 def score_packed_many(model, questions: list[EncodedQuestion], max_batch_tokens: int) -> list[Scored]:
-    """Score several questions, packing whole questions into shared calls of at most max_batch_tokens."""
+    """Score several questions: each is one packed row; rows of similar length share a call of at most
+    max_batch_tokens (padding included). A question too large for one call takes the cache path."""
     results: list[Scored | None] = [None] * len(questions)
     fitting = []
     for i, question in enumerate(questions):
@@ -296,20 +336,12 @@ def score_packed_many(model, questions: list[EncodedQuestion], max_batch_tokens:
             fitting.append((i, packed_cost(question)))
         else:
             results[i] = _score_packed_with_cache(model, question, max_batch_tokens)
-    for group in _groups(fitting, max_batch_tokens):
-        call, slots, offset = PackedCall(), {}, 0
-        for block, i in enumerate(group):
+    for batch in _row_batches(fitting, max_batch_tokens):
+        calls = [_question_call(questions[i]) for i in batch]
+        sums = run_packed(model, calls, [len(questions[i].continuations) for i in batch])
+        for i, logprobs in zip(batch, sums):
             question = questions[i]
-            slots[i] = list(range(offset, offset + len(question.continuations)))
-            offset += len(slots[i])
-            call.add_prefix(block, question.prefix, [c[0] for c in question.continuations], slots[i])
-            for continuation, owner in zip(question.continuations, slots[i]):
-                call.add_continuation(block, len(question.prefix), continuation, owner)
-        sums = call.run(model, offset)
-        for i in group:
-            question = questions[i]
-            work = Work(len(question.prefix), fed_tokens(question), 1, 0)
-            results[i] = Scored([sums[slot] for slot in slots[i]], work)
+            results[i] = Scored(logprobs, Work(len(question.prefix), fed_tokens(question), 1, 0))
     return results
 
 
@@ -323,8 +355,8 @@ def _score_packed_with_cache(model, question: EncodedQuestion, max_batch_tokens:
     for group in _groups(longer, max_batch_tokens):
         call = PackedCall()
         for slot, i in enumerate(group):
-            call.add_continuation(0, p, question.continuations[i], slot)
-        sums = call.run(model, len(group), cache=copy.deepcopy(cache), cached=p)
+            call.add_continuation(p, question.continuations[i], slot)
+        [sums] = run_packed(model, [call], [len(group)], cache=copy.deepcopy(cache), cached=p)
         for slot, i in enumerate(group):
             scored.logprobs[i] += sums[slot]
         scored.work.candidate_tokens += len(call)

@@ -74,22 +74,31 @@ def test_usage_counts_prefix_once_and_fed_tokens():
     assert packed.forward_calls == 1
 
 
-def test_packed_mask_isolates_candidates_and_questions():
+def test_packed_visibility_isolates_candidates():
     call = execution.PackedCall()
-    call.add_prefix(0, (1, 2), [5, 6], [0, 1])
-    call.add_continuation(0, 2, (5, 7, 8), 0)
-    call.add_continuation(0, 2, (6, 9), 1)
-    call.add_prefix(1, (4,), [3], [2])
-    import torch
-
-    allowed = call.mask(torch.float32, "cpu")[0, 0] == 0
-    # tokens: p0 p1 | c0:5 c0:7 | c1:6 | q1:p0
+    call.add_prefix((1, 2), [5, 6], [0, 1])
+    call.add_continuation(2, (5, 7, 8), 0)
+    call.add_continuation(2, (6, 9), 1)
+    # tokens: p0 p1 | c0:5 c0:7 | c1:6
     expected = [
-        [1, 0, 0, 0, 0, 0],
-        [1, 1, 0, 0, 0, 0],
-        [1, 1, 1, 0, 0, 0],
-        [1, 1, 1, 1, 0, 0],
-        [1, 1, 0, 0, 1, 0],
-        [0, 0, 0, 0, 0, 1],
+        [1, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0],
+        [1, 1, 1, 0, 0],
+        [1, 1, 1, 1, 0],
+        [1, 1, 0, 0, 1],
     ]
-    assert allowed.int().tolist() == expected
+    assert call.allowed().int().tolist() == expected
+    continuations = execution.PackedCall()
+    continuations.add_continuation(2, (5, 7, 8), 0)
+    continuations.add_continuation(2, (6, 9), 1)
+    assert continuations.allowed(cached=2).int().tolist() == [row[:2] + row[2:] for row in (
+        [1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 0, 0, 1])]  # the cached prefix is visible to every token
+
+
+def test_rows_of_different_lengths_share_a_call(model):
+    rng = random.Random(13)
+    questions = [random_question(rng) for _ in range(6)]
+    results = execution.score_packed_many(model, questions, 4096)
+    assert [r.work.forward_calls for r in results] == [1] * 6
+    for question, result in zip(questions, results):
+        assert max_delta(result.logprobs, execution.score_independent(model, question).logprobs) < TOLERANCE
