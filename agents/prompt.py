@@ -10,7 +10,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-QUESTION = "Which control do you use now? Answer with one control."
+QUESTION = "What should you do now? Answer with one control."
 
 
 def status_text(status: Mapping[str, np.ndarray]) -> str:

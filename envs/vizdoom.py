@@ -50,7 +50,7 @@ CONTROLS: tuple[Control, ...] = (
     Control("strafe_left", "strafe left", ("MOVE_LEFT",)),
     Control("strafe_right", "strafe right", ("MOVE_RIGHT",)),
     Control("attack", "attack", ("ATTACK",)),
-    Control("use", "use", ("USE",)),
+    Control("use", "press use", ("USE",)),
 )
 
 

@@ -15,6 +15,16 @@ Schedule = Literal["auto", "independent", "batched", "packed", "sequential"]
 SCHEDULES = ("auto", "independent", "batched", "packed", "sequential")
 
 
+def check_common_options(schedule: str, schedules: Sequence[str], template: str, max_batch_tokens: int) -> None:
+    """The option checks every scorer shares; raises ValueError naming the known values."""
+    if schedule not in schedules:
+        raise ValueError(f"unknown schedule {schedule!r}; known: {', '.join(schedules)}")
+    if template not in TEMPLATES:
+        raise ValueError(f"unknown template {template!r}; known: {', '.join(TEMPLATES)}")
+    if max_batch_tokens < 1:
+        raise ValueError(f"max_batch_tokens must be at least 1, got {max_batch_tokens}")
+
+
 @dataclass(frozen=True)
 class JetOptions:
     """Options of the `jet` scorer, validated before any model is loaded.
@@ -47,12 +57,7 @@ class JetOptions:
     reasoning_suffix: str = "\nAnswer:"
 
     def __post_init__(self):
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"unknown schedule {self.schedule!r}; known: {', '.join(SCHEDULES)}")
-        if self.template not in TEMPLATES:
-            raise ValueError(f"unknown template {self.template!r}; known: {', '.join(TEMPLATES)}")
-        if self.max_batch_tokens < 1:
-            raise ValueError(f"max_batch_tokens must be at least 1, got {self.max_batch_tokens}")
+        check_common_options(self.schedule, SCHEDULES, self.template, self.max_batch_tokens)
         object.__setattr__(self, "binary_texts", tuple(self.binary_texts))
         validate_candidates(self.binary_texts, "binary")
         if self.reasoning_tokens < 1:

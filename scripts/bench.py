@@ -13,7 +13,6 @@ Writes docs/benchmarks.md (section jet-execution) and docs/bench/jet_execution.j
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
@@ -26,7 +25,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from scripts.benchmarks_doc import DOC, write_section
+from scripts.benchmarks_doc import write_results
 
 SCHEDULES = ("batched", "packed")
 
@@ -136,10 +135,7 @@ def run_bench(cfg: BenchConfig) -> dict:
         "median_seconds_per_question": medians, "whole_set_seconds": whole, "agreement": agreement,
     }
     if cfg.write_doc:
-        out = DOC.parent / "bench" / "jet_execution.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-        write_section("jet-execution", render(results))
+        write_results("jet_execution", results, render(results))
     return results
 
 

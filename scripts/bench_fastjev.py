@@ -12,7 +12,6 @@ Writes the `fastjev` section of docs/benchmarks.md and docs/bench/fastjev.json.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import statistics
@@ -26,7 +25,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from scripts.benchmarks_doc import DOC, write_section
+from scripts.benchmarks_doc import write_results
 
 
 @dataclass
@@ -135,10 +134,7 @@ def run_bench(cfg: BenchFastJevConfig) -> dict:
     if cfg.retention:
         results["retention"] = retention(cfg, loaded)
     if cfg.write_doc:
-        out = DOC.parent / "bench" / "fastjev.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-        write_section("fastjev", render(results))
+        write_results("fastjev", results, render(results))
     return results
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -18,3 +19,11 @@ def write_section(name: str, body: str, doc: Path = DOC) -> Path:
     doc.parent.mkdir(parents=True, exist_ok=True)
     doc.write_text(text)
     return doc
+
+
+def write_results(name: str, results: dict, body: str) -> Path:
+    """Write docs/bench/<name>.json (sorted keys) and the section `name` of the benchmarks document."""
+    out = DOC.parent / "bench" / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    return write_section(name.replace("_", "-"), body)

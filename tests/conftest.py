@@ -54,3 +54,14 @@ def fake_scorer():
     FakeScorer.calls, FakeScorer.fail_after = 0, None
     yield FakeScorer
     FakeScorer.calls, FakeScorer.fail_after = 0, None
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models run faster on one thread than fighting for two shared cores."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -145,8 +145,6 @@ def test_s_reduces_peak_live_state_on_hybrid():
 
 class TinyLoaded:
     def __init__(self, model, kind):
-        from transformers import PreTrainedTokenizerFast
-
         self.model, self.kind, self.spec, self.window, self.processor = model, kind, f"tiny-{kind}", 512, None
         self.tokenizer = CharTokenizer()
 

@@ -19,13 +19,7 @@ HYBRID = {"qwen3_5": tiny_qwen3_5, "qwen3_next": tiny_qwen3_next, "mamba2": tiny
 ATTENTION = {"llama": tiny_llama, "qwen3-sliding-window": tiny_qwen3_sliding}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run faster on one thread than fighting for two shared cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module", params=sorted(HYBRID))

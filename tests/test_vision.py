@@ -24,13 +24,7 @@ TEMPLATE = (
 )
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run faster on one thread than fighting for two shared cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def byte_tokenizer():

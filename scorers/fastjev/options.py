@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from scorers.placement import Placement
-from scorers.prompts import TEMPLATES, Template
+from scorers.jet import check_common_options
+from scorers.prompts import Template
 from scorers.types import DEFAULT_BINARY_TEXTS, validate_candidates
 
 Schedule = Literal["auto", "segmented", "packed"]
@@ -51,12 +52,7 @@ class FastJevOptions:
 
     def __post_init__(self):
         object.__setattr__(self, "components", parse_components(self.components))
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"unknown schedule {self.schedule!r}; known: {', '.join(SCHEDULES)}")
-        if self.template not in TEMPLATES:
-            raise ValueError(f"unknown template {self.template!r}; known: {', '.join(TEMPLATES)}")
-        if self.max_batch_tokens < 1:
-            raise ValueError(f"max_batch_tokens must be at least 1, got {self.max_batch_tokens}")
+        check_common_options(self.schedule, SCHEDULES, self.template, self.max_batch_tokens)
         if self.pruning_k < 0:
             raise ValueError(f"pruning k must be >= 0, got {self.pruning_k}")
         if self.pruning_k > 0 and "P" not in self.components:
