@@ -203,7 +203,7 @@ def render_report(summary: dict) -> str:
     accuracy = "n/a" if summary["accuracy"] is None else f"{100 * summary['accuracy']:.2f}%"
     nll = "n/a" if summary["mean_gold_nll"] is None else f"{summary['mean_gold_nll']:.5f}"
     rate = "n/a" if summary["requests_per_second"] is None else f"{summary['requests_per_second']:.2f}"
-    options = ", ".join(f"{key}={value}" for key, value in sorted(summary["scorer"].items()))
+    options = ", ".join(f"{key}={json.dumps(value)}" for key, value in sorted(summary["scorer"].items()))
     return (
         f"# QA: {dataset['name']} ({dataset['subset']})\n\n"
         f"| model | placement | accuracy | mean gold NLL | requests | wall s | requests/s |\n"
