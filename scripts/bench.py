@@ -173,8 +173,9 @@ def render(r: dict) -> str:
         *[f"| {n} | {a['identical_choices_vs_independent']}/{r['questions']} | {a['max_abs_delta_logprob_vs_independent']:.2e} |"
           for n, a in r["agreement"].items()],
         "",
-        "The `auto` schedule picks `packed` for attention-only models: it is the fastest schedule in this table, "
-        "and cross-question packing makes whole-set throughput independent of the per-call cost.",
+        "The `auto` schedule picks `packed` for attention-only models: it is the fastest schedule in this table. "
+        "Whole-set `decide_many` runs questions as left-padded rows of shared calls (up to `max_batch_tokens` "
+        "tokens each), so the fixed per-call cost is shared; the whole-set figures are single runs, not medians.",
     ]
     return "\n".join(lines)
 
