@@ -42,11 +42,11 @@ class ScorerAgent:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         self.scorer, self.task, self.memory = scorer, task, memory
         self.perception, self.policy, self.temperature, self.screenshot = perception, policy, temperature, screenshot
-        self.recent: deque[str] = deque(maxlen=memory or None)
+        self.recent: deque[str] = deque(maxlen=memory)
         self.rng = np.random.default_rng()
 
     def reset(self, seed: int | None = None) -> None:
-        self.recent = deque(maxlen=self.memory) if self.memory else deque(maxlen=0)
+        self.recent = deque(maxlen=self.memory)
         self.rng = np.random.default_rng(seed)
 
     def question(self, observation, candidates) -> Question:

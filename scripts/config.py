@@ -11,10 +11,11 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
+from agents import available_agents
+from agents.scoring import PERCEPTIONS, POLICIES
 from envs.question_sets import SUBSETS
 from scorers.placement import DEVICES, DTYPES
-
-TEMPLATES = ("chat", "none")
+from scorers.prompts import TEMPLATES
 
 
 def _check_choice(what: str, value: str, known: tuple[str, ...]) -> None:
@@ -135,9 +136,7 @@ class EnvConfig:
         _check_positive("env.episode_timeout", self.episode_timeout)
 
 
-AGENT_NAMES = ("scorer", "random", "scripted")
-PERCEPTIONS = ("none", "describe")
-POLICIES = ("argmax", "sample")
+AGENT_NAMES = tuple(available_agents())
 
 
 @dataclass

@@ -52,7 +52,7 @@ def test_defaults():
         ("env.id=jetgym/DoomDefendTheCentre-v0", "unknown env.id 'jetgym/DoomDefendTheCentre-v0'; known: jetgym/DoomDefendTheCenter-v0"),
         ("env.frame_skip=0", "env.frame_skip must be >= 1"),
         ("env.episode_timeout=0", "env.episode_timeout must be >= 1"),
-        ("agent.name=smart", "unknown agent.name 'smart'; known: scorer, random, scripted"),
+        ("agent.name=smart", "unknown agent.name 'smart'; known: random, scorer, scripted"),
         ("agent.perception=vision", "unknown agent.perception 'vision'"),
         ("agent.policy=greedy", "unknown agent.policy 'greedy'"),
         ("agent.temperature=0", "agent.temperature must be > 0"),
