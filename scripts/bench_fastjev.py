@@ -187,8 +187,8 @@ def render(r: dict) -> str:
     lines = [
         "## FastJEV (embedded model; tiny random hybrid for S)",
         "",
-        f"Command: `{r['command']}` — fp32 CPU, {r['cores']} cores ({r['torch_threads']} torch threads), shared with "
-        f"other jobs (timings are noisy). Pruning k={r['k']} (skipped layers {r['skipped_layers']}, 0-based, from "
+        f"Command: `{r['command']}` — fp32 CPU, {r['cores']} cores ({r['torch_threads']} torch threads); methods interleaved, "
+        f"medians of the rounds. Pruning k={r['k']} (skipped layers {r['skipped_layers']}, 0-based, from "
         f"docs/calibration). Reduced grid (CPU budget): 8/64 candidates x 8/32 tokens x 0/75% shared x flat/two-level, "
         f"plus 64 x 128 x 75% (one round, no `jet`).",
         "",
