@@ -7,7 +7,9 @@ Estimated cost, in token-equivalents of one full forward (the prefix call is com
 - calls: forward calls after the prefix call (packed without pruning shares the prefix call: 0 more);
 - pairs: dense attention work, queries x visible length (a packed call's mask is dense: N x (prefix + N));
 - pair_cost = 4 * hidden * attention_layers / (2 * parameters) * DENSE_MASK_FACTOR, the attention
-  flops of one pair over those of one token, times a factor for masked CPU attention being memory-bound.
+  flops of one pair over those of one token, times a factor for masked attention's extra cost.
+DENSE_MASK_FACTOR (1.5) and the scorer's default call_overhead_tokens (110) were fitted to the embedded model's
+measured times on this project's 2-core CPU (docs/benchmarks.md, fastjev section); other hardware may want others.
 Hybrid models have no packed plan (recurrent layers cannot use a tree mask).
 """
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 from .trie import CandidateTrie, sibling_groups
 
-DENSE_MASK_FACTOR = 8.0
+DENSE_MASK_FACTOR = 1.5
 
 
 def segmented_cost(trie: CandidateTrie, capacity: int, call_tokens: float, pair_cost: float) -> float:
