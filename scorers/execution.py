@@ -7,8 +7,8 @@ and differs only in how the forward calls are laid out:
 - batched: the prefix once with a KV cache, then the continuations as one padded batch per group;
 - packed: prefix and continuations in ONE sequence with a mask that lets each token see its own
   question's prefix and its own candidate's earlier tokens (explicit position ids). Several
-  questions can share that call (block-diagonal). A question too large for one call runs its prefix
-  once with a cache and its continuations in packed groups.
+  questions share that call as left-padded batch rows, each row with its own mask. A question
+  too large for one call runs its prefix once with a cache and its continuations in packed groups.
 The last candidate token is never fed: only its predecessor's logits are needed. Log-softmax runs
 where the logits live; only the gathered candidate log-probs leave the device.
 """
@@ -162,17 +162,8 @@ def score_batched(model, question: EncodedQuestion, max_batch_tokens: int) -> Sc
     cache = _prefix_with_cache(model, question, scored)
     device = _device(model)
     p = len(question.prefix)
-    longer = [i for i, c in enumerate(question.continuations) if len(c) > 1]
-    longer.sort(key=lambda i: len(question.continuations[i]))  # similar lengths pad less
-    batches, current = [], []
-    for i in longer:
-        width = len(question.continuations[i]) - 1
-        if current and (len(current) + 1) * width > max_batch_tokens:
-            batches.append(current)
-            current = []
-        current.append(i)
-    if current:
-        batches.append(current)
+    longer = [(i, len(c) - 1) for i, c in enumerate(question.continuations) if len(c) > 1]
+    batches = _row_batches(longer, max_batch_tokens)  # similar lengths together pad less
     for batch in batches:
         width = max(len(question.continuations[i]) - 1 for i in batch)
         ids = torch.zeros(len(batch), width, dtype=torch.long)

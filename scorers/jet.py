@@ -113,11 +113,11 @@ class JetScorer:
                 f"schedule {self.schedule!r} needs an attention-only model; {self.loaded.spec!r} is {self.loaded.kind}: "
                 f"use schedule='sequential' or 'independent'"
             )
+        vision = self.loaded.kind == "vision"
         prepared = []
         for question in questions:
             candidates = question.candidates or self.options.binary_texts
             validate_candidates(candidates, question.kind)
-            vision = self.loaded.kind == "vision"
             if question.images and not vision:
                 raise ValueError(f"model {self.loaded.spec!r} cannot score images: it is a text-only "
                                  f"({self.loaded.kind}) model; use a vision-language model")
