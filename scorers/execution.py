@@ -64,13 +64,22 @@ def _device(model) -> torch.device:
     return model.get_input_embeddings().weight.device
 
 
+NORMALIZER_ROWS = 256  # logits rows normalized at a time
+
+
 def _gather_sums(logits: torch.Tensor, rows: list[int], targets: list[int], owners: list[int], n: int) -> list[float]:
-    """Sum of log_softmax(logits[row])[target] per owner; only the n sums leave the device."""
-    device = logits.device
-    logprobs = torch.log_softmax(logits.float(), dim=-1)
-    picked = logprobs[torch.tensor(rows, device=device), torch.tensor(targets, device=device)]
+    """Sum of log_softmax(logits[row])[target] per owner; only the n sums leave the device.
+
+    Normalized a chunk of rows at a time (no log_softmax copy of a many-row vocabulary tensor), as
+    log_softmax does: (logit - max) - log(sum(exp(logits - max))), the picked values combined in float64."""
+    device, logits = logits.device, logits.float()
+    peak = torch.cat([chunk.amax(dim=-1) for chunk in logits.split(NORMALIZER_ROWS)])
+    log_total = torch.cat([(chunk - top[:, None]).exp_().sum(dim=-1).log_()
+                           for chunk, top in zip(logits.split(NORMALIZER_ROWS), peak.split(NORMALIZER_ROWS))])
+    rows_t = torch.tensor(rows, device=device)
+    picked = (logits[rows_t, torch.tensor(targets, device=device)].double() - peak[rows_t].double()) - log_total[rows_t].double()
     sums = torch.zeros(n, dtype=torch.float64, device=device)
-    sums.index_add_(0, torch.tensor(owners, device=device), picked.double())
+    sums.index_add_(0, torch.tensor(owners, device=device), picked)
     return sums.cpu().tolist()
 
 
@@ -111,8 +120,8 @@ def score_independent(model, question: EncodedQuestion) -> Scored:
         ids = torch.tensor([question.prefix + continuation], device=device)
         extra = _prefix_inputs(model, question, len(continuation))
         logits = model(input_ids=ids, **extra).logits[0, p - 1 : p - 1 + len(continuation)]
-        rows = list(range(len(continuation)))
-        scored.logprobs += _gather_sums(logits, rows, list(continuation), [0] * len(rows), 1)
+        logprobs = torch.log_softmax(logits.double(), dim=-1)  # plain and exact; shares no code with the fast paths
+        scored.logprobs.append(float(logprobs[torch.arange(len(continuation)), list(continuation)].sum()))
         scored.work.prefix_tokens += p
         scored.work.candidate_tokens += len(continuation)
         scored.work.forward_calls += 1

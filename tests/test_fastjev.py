@@ -63,6 +63,50 @@ def test_packed_trie_equals_independent(name):
             assert max_delta(scored.logprobs, execution.score_independent(model, q).logprobs) < TOLERANCE
 
 
+@pytest.mark.parametrize("block", [1, 3, 32])
+def test_tree_attention_equals_dense_mask(block):
+    """Each query sees exactly its root path: same output as one dense masked attention over all keys."""
+    import torch
+    import torch.nn.functional as F
+
+    from scorers.fastjev.blocks import padded_pairs
+    from scorers.fastjev.tree_attention import build_layout, tree_attention_forward
+
+    rng = random.Random(block)
+    parents = [-1]
+    for k in range(1, 90):  # chains, forks and a second root
+        parents.append(rng.choice([k - 1, k - 1, k - 1, rng.randrange(k), -1 if k == 45 else k - 1]))
+    first = 20  # keys before this are cached
+    ancestor = torch.zeros(len(parents), len(parents), dtype=torch.bool)
+    for k, p in enumerate(parents):
+        if p >= 0:
+            ancestor[k] = ancestor[p]
+        ancestor[k, k] = True
+    generator = torch.Generator().manual_seed(block)
+    query = torch.randn(1, 4, len(parents) - first, 8, generator=generator)
+    key, value = (torch.randn(1, 2, len(parents), 8, generator=generator) for _ in range(2))
+    module = type("Attention", (), {"num_key_value_groups": 2})()
+    layout = build_layout(parents, first, "cpu", block=block)
+    out, _ = tree_attention_forward(module, query, key, value, None, scaling=0.3, tree_layout=layout)
+    dense = F.scaled_dot_product_attention(query, key.repeat_interleave(2, 1), value.repeat_interleave(2, 1),
+                                           attn_mask=ancestor[first:], scale=0.3)
+    assert torch.allclose(out, dense.transpose(1, 2), atol=1e-5)
+    computed = sum(b.queries.numel() * b.keys.shape[1] for b in layout.buckets)
+    assert computed == padded_pairs(parents, first, block) < (len(parents) - first) * len(parents)
+
+
+def test_tree_attention_refuses_missing_layout_and_softcap():
+    import torch
+
+    from scorers.fastjev.tree_attention import build_layout, tree_attention_forward
+
+    x = torch.zeros(1, 1, 2, 4)
+    with pytest.raises(RuntimeError, match="needs a tree_layout"):
+        tree_attention_forward(None, x, x, x, None)
+    with pytest.raises(NotImplementedError, match="no softcap or sliding window"):
+        tree_attention_forward(None, x, x, x, None, tree_layout=build_layout([-1, 0], 0, "cpu"), softcap=30.0)
+
+
 @pytest.mark.parametrize("name", sorted(ATTENTION))
 def test_packed_and_segmented_prune_alike(name):
     """P acts the same in every schedule: the prefix runs all layers, candidate paths skip the mask."""

@@ -18,6 +18,7 @@ from scorers.execution import Scored, _device, _gather_sums, _groups
 from .anchor import BranchCache, snapshot_prefix
 from .pruning import skipping
 from .readout import SequenceLogLikelihood
+from .tree_attention import build_layout, tree_attention
 from .trie import ROOT, CandidateTrie
 
 
@@ -64,34 +65,20 @@ class TrieCall:
         self.is_node.append(is_node)
         return len(self.tokens) - 1
 
-    def mask(self, dtype, device, cached: "TrieCall | None" = None) -> torch.Tensor:
-        """Additive 4D mask (1, 1, queries, cached + queries)."""
-        n = len(self)
-        up = torch.tensor(self.up)
-        is_node = torch.tensor(self.is_node)
-        ancestor = torch.zeros(n, n, dtype=torch.bool)
-        depth = torch.full((n,), -1, dtype=torch.long)
-        for i in range(n):  # slots are appended parents first
-            if self.is_node[i]:
-                depth[i] = 0 if self.up[i] < 0 else depth[self.up[i]] + 1
-        for d in range(int(depth.max()) + 1 if n else 0):
-            level = (depth == d).nonzero().flatten()
-            if d > 0:
-                ancestor[level] = ancestor[up[level]]
-            ancestor[level, level] = True
-        block = torch.tensor(self.block)
-        position = torch.tensor(self.position)
-        own = (block[:, None] == block[None, :]) & (
-            ancestor | (~is_node[None, :] & (position[None, :] <= position[:, None]))
-        )
-        if cached is not None:
-            key_block = torch.tensor(cached.block)
-            key_position = torch.tensor(cached.position)
-            seen = (block[:, None] == key_block[None, :]) & (key_position[None, :] <= position[:, None])
-            own = torch.cat([seen, own], dim=1)
-        mask = torch.zeros(own.shape, dtype=dtype)
-        mask.masked_fill_(~own, torch.finfo(dtype).min)
-        return mask[None, None].to(device)
+    def parents(self, cached: "TrieCall | None" = None) -> list[int]:
+        """Parent key of every key (cached call first, then this call): a prefix token's is the token before it
+        in its block, a root node's the last prefix token of its block, another node's its parent node."""
+        parents, last = [], {}
+        for call, offset in ((cached, 0), (self, len(cached) if cached is not None else 0)):
+            if call is None:
+                continue
+            for i in range(len(call)):
+                if not call.is_node[i]:
+                    parents.append(last.get(call.block[i], -1))
+                    last[call.block[i]] = offset + i
+                else:
+                    parents.append(offset + call.up[i] if call.up[i] >= 0 else last[call.block[i]])
+        return parents
 
     @torch.inference_mode()
     def run(self, model, cached: "TrieCall | None" = None, anchor=None, use_cache: bool = False):
@@ -100,14 +87,17 @@ class TrieCall:
         keep = sorted(set(self.rows))
         row_of = {r: i for i, r in enumerate(keep)}
         cache = BranchCache(anchor, 1, share=True, keep=False) if anchor is not None else None
-        out = model(
-            input_ids=torch.tensor([self.tokens], device=device),
-            attention_mask=self.mask(model.dtype, device, cached),
-            position_ids=torch.tensor([self.position], device=device),
-            cache=cache,
-            use_cache=use_cache or cache is not None,
-            logits_to_keep=torch.tensor(keep or [0], device=device),
-        )
+        first = len(cached) if cached is not None else 0
+        layout = build_layout(self.parents(cached), first, device)
+        with tree_attention(model):
+            out = model(
+                input_ids=torch.tensor([self.tokens], device=device),
+                position_ids=torch.tensor([self.position], device=device),
+                cache=cache,
+                use_cache=use_cache or cache is not None,
+                logits_to_keep=torch.tensor(keep or [0], device=device),
+                tree_layout=layout,
+            )
         result = {}
         if self.rows:
             owners = sorted(set(self.owners))

@@ -5,19 +5,18 @@ batches from the anchor, i.e. the S+P path). Without T only `flat`-shaped plans 
 Estimated cost, in token-equivalents of one full forward (the prefix call is common to all and left out):
     calls * call_overhead_tokens + fed tokens (padding included) + pair_cost * attention (query, key) pairs
 - calls: forward calls after the prefix call (packed without pruning shares the prefix call: 0 more);
-- pairs: dense attention work, queries x visible length (a packed call's mask is dense: N x (prefix + N));
-- pair_cost = 4 * hidden * attention_layers / (2 * parameters) * DENSE_MASK_FACTOR, the attention
-  flops of one pair over those of one token, times a factor for masked attention's extra cost.
-DENSE_MASK_FACTOR (1.5) and the scorer's default call_overhead_tokens (110) were fitted to the embedded model's
-measured times on this project's 2-core CPU (docs/benchmarks.md, fastjev section); other hardware may want others.
+- pairs: attention (query, key) pairs computed, padding included: a padded batch row sees its context and
+  its whole width; a packed call computes its tree-attention buckets (`blocks.padded_pairs`);
+- pair_cost = 4 * hidden * attention_layers / (2 * parameters): the flops of one pair over those of one token.
+The scorer's default call_overhead_tokens (110) was measured on the embedded model on this project's 2-core CPU
+(docs/benchmarks.md, fastjev section); other hardware may want another value.
 Hybrid models have no packed plan (recurrent layers cannot use a tree mask).
 """
 
 from __future__ import annotations
 
-from .trie import CandidateTrie, sibling_groups
-
-DENSE_MASK_FACTOR = 1.5
+from .blocks import padded_pairs
+from .trie import ROOT, CandidateTrie, sibling_groups
 
 
 def segmented_cost(trie: CandidateTrie, capacity: int, call_tokens: float, pair_cost: float) -> float:
@@ -38,11 +37,19 @@ def segmented_cost(trie: CandidateTrie, capacity: int, call_tokens: float, pair_
 
 
 def packed_cost(trie: CandidateTrie, capacity: int, call_tokens: float, pair_cost: float, pruned: bool) -> float:
-    fed = len(trie.fed())
+    fed = trie.fed()
     if not fed:
         return 0.0
-    calls = (0 if not pruned and fed + trie.prefix_length <= capacity else 1) + fed // (capacity + 1)
-    return calls * call_tokens + fed + pair_cost * fed * (trie.prefix_length + fed)
+    calls = (0 if not pruned and len(fed) + trie.prefix_length <= capacity else 1) + len(fed) // (capacity + 1)
+    return calls * call_tokens + len(fed) + pair_cost * padded_pairs(node_parents(trie), trie.prefix_length)
+
+
+def node_parents(trie: CandidateTrie) -> list[int]:
+    """Parent keys of the prefix tokens (a chain) followed by the fed nodes, as a packed call lays them out."""
+    fed = trie.fed()
+    key = {node: trie.prefix_length + i for i, node in enumerate(fed)}
+    parents = list(range(-1, trie.prefix_length - 1))
+    return parents + [trie.prefix_length - 1 if trie.parent[n] == ROOT else key[trie.parent[n]] for n in fed]
 
 
 def plan_costs(shared: CandidateTrie | None, flat: CandidateTrie, capacity: int, call_tokens: float, pair_cost: float,
@@ -68,4 +75,4 @@ def pair_cost_of(config) -> float:
     hidden = getattr(text, "num_attention_heads", 1) * (getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads)
     layers = text.num_hidden_layers
     params = layers * (4 * text.hidden_size ** 2 + 3 * text.hidden_size * text.intermediate_size) + text.vocab_size * text.hidden_size
-    return 4 * hidden * attention_layers / (2 * params) * DENSE_MASK_FACTOR
+    return 4 * hidden * attention_layers / (2 * params)
