@@ -2,8 +2,10 @@
 
 Measures, side by side in one process (methods interleaved, median over rounds):
 - logical candidate-token reduction of the trie on MMLU-285 and on synthetic workloads;
-- latency of T+S+P (auto), the packed trie, S+P (no trie) and `jet` (packed) per workload, and the
-  live cache bytes each keeps (`Usage.cache_bytes`; process peak RSS is not separable per method);
+- latency of T+S+P (auto), the packed trie, S+P (no trie) and `jet` (packed) per workload (default: the
+  paper's 96-workload grid), the live cache bytes each keeps (`Usage.cache_bytes`; process peak RSS is not
+  separable per method), and a plot of speedup over S+P against the trie's token reduction;
+- the cost of one forward call in token-equivalents (the `call_overhead_tokens` of `auto`);
 - S on a tiny random hybrid model: peak live state bytes under Copy/Keep vs Share/Drop;
 - the calibration plot J_l (from docs/calibration) is linked; accuracy retention at k=0..10 when
   `retention=true` (6 QA runs on MMLU-285).
@@ -25,19 +27,22 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from scripts.benchmarks_doc import write_results
+from scripts.benchmarks_doc import DOC, write_results
+
+DOCS = DOC.parent
 
 
 @dataclass
 class BenchFastJevConfig:
     model: str = "smollm2-135m-instruct"
-    candidates: list[int] = field(default_factory=lambda: [8, 64])
-    lengths: list[int] = field(default_factory=lambda: [8, 32])
-    shared: list[float] = field(default_factory=lambda: [0.0, 0.75])
-    rounds: int = 2
+    candidates: list[int] = field(default_factory=lambda: [8, 16, 32, 64])
+    lengths: list[int] = field(default_factory=lambda: [8, 32, 128])
+    shared: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75])
+    levels: list[int] = field(default_factory=lambda: [1, 2])
+    rounds: int = 3  # T+S+P auto, T+S+P packed and S+P: interleaved, median
+    jet_rounds: int = 1  # the reference `jet` (packed) per workload
     prefix_tokens: int = 64
     k: int = 6
-    target_workload: bool = True  # 64 candidates x 128 tokens, 75% shared (flat), 1 round
     retention: bool = False
     retention_ks: list[int] = field(default_factory=lambda: [0, 2, 4, 6, 8, 10])
     write_doc: bool = True
@@ -87,6 +92,7 @@ def run_bench(cfg: BenchFastJevConfig) -> dict:
         "S+P": make_scorer("fastjev", components=["S", "P"], **common),
     }
     results = {"command": "jetgym-bench-fastjev " + " ".join(sys.argv[1:]), "cores": os.cpu_count(),
+               "rounds": cfg.rounds, "jet_rounds": cfg.jet_rounds,
                "torch_threads": torch.get_num_threads(), "k": k, "skipped_layers": list(scorers["S+P"].skip)}
 
     # logical token reduction on MMLU-285
@@ -99,26 +105,25 @@ def run_bench(cfg: BenchFastJevConfig) -> dict:
         unmerged += trie.unmerged_tokens
     results["mmlu285"] = {"unmerged": unmerged, "merged": merged, "reduction": 1 - merged / unmerged}
 
+    results["call_overhead_tokens"] = call_overhead(loaded.model)
     methods = {name: (lambda s: lambda e: s.score_encoded([e])[0])(s) for name, s in scorers.items()}
     methods["jet"] = lambda e: score_packed(loaded.model, e, 1024)
     rng = random.Random(0)
     vocab = loaded.model.config.vocab_size
-    grid = [(n, L, s, lv) for n in cfg.candidates for L in cfg.lengths for s in cfg.shared for lv in (1, 2)]
-    if cfg.target_workload:
-        grid.append((64, 128, 0.75, 1))
+    grid = [(n, L, s, lv) for n in cfg.candidates for L in cfg.lengths for s in cfg.shared for lv in cfg.levels]
     workloads = []
-    for n, L, s, lv in tqdm(grid, desc="workloads"):
+    for index, (n, L, s, lv) in enumerate(tqdm(grid, desc="workloads")):
         e = synthetic(rng, n, L, s, lv, cfg.prefix_tokens, vocab)
         trie = CandidateTrie.build(len(e.prefix), e.continuations)
-        target = (n, L) == (64, 128)
-        names = [m for m in methods if not (target and m == "jet")]
-        rounds = 1 if target else cfg.rounds
+        names = list(methods)
         times = {m: [] for m in names}
         usage = {}
-        for m in names:  # warm-up
-            methods[m](e)
-        for r in range(rounds):
-            for m in names[r % len(names):] + names[: r % len(names)]:
+        if index == 0:  # one warm-up for the process (lazy initialization, allocator)
+            for m in names:
+                methods[m](e)
+        for r in range(max(cfg.rounds, cfg.jet_rounds)):
+            turn = [m for m in names if r < (cfg.jet_rounds if m == "jet" else cfg.rounds)]
+            for m in turn[r % len(turn):] + turn[: r % len(turn)]:
                 seconds, scored = _timed(lambda: methods[m](e))
                 times[m].append(seconds)
                 usage[m] = scored.work.cache_bytes
@@ -134,8 +139,49 @@ def run_bench(cfg: BenchFastJevConfig) -> dict:
     if cfg.retention:
         results["retention"] = retention(cfg, loaded)
     if cfg.write_doc:
+        plot_speedups(workloads, DOCS / "bench" / "fastjev_speedup.png")
         write_results("fastjev", results, render(results))
     return results
+
+
+def call_overhead(model, sizes=(1, 64, 256), repeats: int = 7) -> float:
+    """Seconds of a 1-token forward over the per-token cost (slope between 64 and 256 tokens), no cache."""
+    import torch
+
+    def seconds(n):
+        ids = torch.randint(100, 1000, (1, n))
+        with torch.inference_mode():
+            model(input_ids=ids, logits_to_keep=1)
+            return statistics.median(_timed(lambda: model(input_ids=ids, logits_to_keep=1))[0] for _ in range(repeats))
+
+    one, small, large = (seconds(n) for n in sizes)
+    per_token = (large - small) / (sizes[2] - sizes[1])
+    return (one - per_token) / per_token
+
+
+def plot_speedups(workloads: list[dict], path: Path) -> None:
+    """Speedup over S+P of T+S+P (auto) and the packed trie against the trie's token reduction."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for method, marker in (("T+S+P auto", "o"), ("T+S+P packed", "x")):
+        for length, color in zip(sorted({w["length"] for w in workloads}), ("tab:blue", "tab:orange", "tab:green", "tab:red")):
+            rows = [w for w in workloads if w["length"] == length]
+            ax.scatter([100 * (1 - w["merged"] / w["unmerged"]) for w in rows],
+                       [w["seconds"]["S+P"] / w["seconds"][method] for w in rows],
+                       marker=marker, color=color, alpha=0.7, label=f"{method}, {length} tokens")
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_xlabel("trie token reduction (%)")
+    ax.set_ylabel("speedup over S+P (x)")
+    ax.set_title("FastJEV on the synthetic grid (embedded model, CPU)")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def state_storage() -> list[dict]:
@@ -182,38 +228,52 @@ def retention(cfg, loaded) -> list[dict]:
     return rows
 
 
+def summary(r: dict) -> str:
+    """The issue's two targets, read off the workloads."""
+    rows = r["workloads"]
+    within = sum(w["seconds"]["T+S+P auto"] <= 1.05 * min(w["seconds"]["T+S+P packed"], w["seconds"]["S+P"]) for w in rows)
+    text = f"`auto` within 5% of the faster of the packed trie and S+P on {within}/{len(rows)} workloads"
+    target = [w for w in rows if (w["candidates"], w["length"], w["shared"], w["levels"]) == (64, 128, 0.75, 1)]
+    if target:
+        s = target[0]["seconds"]
+        text += f"; packed trie on 64 x 128 x 75% (flat): **{s['S+P'] / s['T+S+P packed']:.2f}x** faster than S+P (target >= 2.7x)"
+    return text + "."
+
+
 def render(r: dict) -> str:
     m = r["mmlu285"]
     lines = [
         "## FastJEV (embedded model; tiny random hybrid for S)",
         "",
-        f"Command: `{r['command']}` — fp32 CPU, {r['cores']} cores ({r['torch_threads']} torch threads); methods interleaved, "
-        f"medians of the rounds. Pruning k={r['k']} (skipped layers {r['skipped_layers']}, 0-based, from "
-        f"docs/calibration). Reduced grid (CPU budget): 8/64 candidates x 8/32 tokens x 0/75% shared x flat/two-level, "
-        f"plus 64 x 128 x 75% (one round, no `jet`).",
+        f"Command: `{r['command']}` — fp32 CPU, {r['cores']} cores ({r['torch_threads']} torch threads). Per workload "
+        f"(candidates x tokens x shared content x flat/two-level branching, {len(r['workloads'])} workloads, a 64-token "
+        f"prefix): T+S+P auto, T+S+P packed and S+P interleaved, median of {r['rounds']} rounds; `jet` (packed) "
+        f"{r['jet_rounds']} round. Pruning k={r['k']} (skipped layers {r['skipped_layers']}, 0-based, from docs/calibration). "
+        f"`auto` cost of one call, measured here: {r['call_overhead_tokens']:.0f} token-equivalents.",
         "",
         f"**Logical candidate tokens, MMLU-285:** {m['unmerged']} -> {m['merged']} (**{100 * m['reduction']:.2f}%** fewer).",
         "",
-        "| cand | len | shared | levels | tokens -> trie | auto plan | T+S+P auto ms | T+S+P packed ms | S+P ms | jet ms | auto / best(trie, S+P) | packed speedup vs S+P |",
-        "|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|",
+        f"**Targets:** {summary(r)}",
+        "",
+        "![speedup over S+P](bench/fastjev_speedup.png)",
+        "",
+        "| cand | len | shared | levels | tokens -> trie | auto plan | T+S+P auto ms | T+S+P packed ms | S+P ms | jet ms | auto / best(trie, S+P) | packed speedup vs S+P | kept cache kB auto / S+P / jet |",
+        "|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
-    within = 0
     for w in r["workloads"]:
         s = w["seconds"]
-        best = min(s["T+S+P packed"], s["S+P"])
-        ratio = s["T+S+P auto"] / best
-        within += ratio <= 1.05
+        ratio = s["T+S+P auto"] / min(s["T+S+P packed"], s["S+P"])
         jet = f"{1000 * s['jet']:.0f}" if "jet" in s else "—"
+        kb = " / ".join(f"{w['cache_bytes'][m] / 1024:,.0f}" for m in ("T+S+P auto", "S+P", "jet") if m in w["cache_bytes"])
         lines.append(
             f"| {w['candidates']} | {w['length']} | {100 * w['shared']:.0f}% | {w['levels']} | {w['unmerged']} -> {w['merged']} "
             f"({100 * (1 - w['merged'] / w['unmerged']):.1f}%) | {w['auto_plan']} | {1000 * s['T+S+P auto']:.0f} | "
-            f"{1000 * s['T+S+P packed']:.0f} | {1000 * s['S+P']:.0f} | {jet} | {ratio:.2f} | {s['S+P'] / s['T+S+P packed']:.2f}x |"
+            f"{1000 * s['T+S+P packed']:.0f} | {1000 * s['S+P']:.0f} | {jet} | {ratio:.2f} | {s['S+P'] / s['T+S+P packed']:.2f}x | {kb} |"
         )
     lines += [
         "",
-        f"`auto` within 5% of the faster of the packed trie and S+P on {within}/{len(r['workloads'])} workloads. "
-        "Cache bytes kept per method are in docs/bench/fastjev.json (`cache_bytes`: peak live cache/state bytes "
-        "for fastjev, the prefix cache for jet); a per-method peak RSS cannot be separated in one process on CPU.",
+        "Kept cache kB: peak bytes of cache/state kept between forward calls (0 = one call, nothing kept; "
+        "docs/bench/fastjev.json `cache_bytes`); a per-method peak RSS cannot be separated in one process on CPU.",
         "",
         "**S on a tiny random Qwen3.5 hybrid** (3 Gated DeltaNet + 1 attention layer), segmented trie, peak live bytes:",
         "",

@@ -118,8 +118,9 @@ def test_packed_and_segmented_prune_alike(name):
         trie = CandidateTrie.build(len(q.prefix), q.continuations)
         segmented = score_segmented(model, q.prefix, trie, 64, skip=(1,)).logprobs
         for cap in (8, 4096):
-            packed = score_packed_many(model, [(q.prefix, trie)], cap, skip=(1,))[0].logprobs
-            assert max_delta(packed, segmented) < TOLERANCE
+            packed = score_packed_many(model, [(q.prefix, trie)], cap, skip=(1,))[0]
+            assert max_delta(packed.logprobs, segmented) < TOLERANCE
+            assert packed.work.cache_bytes > 0  # the prefix anchor is kept between calls
         unpruned = score_segmented(model, q.prefix, trie, 64).logprobs
         if any(len(c) > 1 for c in q.continuations):
             assert max_delta(segmented, unpruned) > 1e-6  # the mask really changes candidate paths

@@ -47,7 +47,7 @@ class FastJevOptions:
     max_batch_tokens: int = 1024
     pruning_k: int = 0
     calibration: str | None = None
-    call_overhead_tokens: float = 110.0
+    call_overhead_tokens: float = 32.0
     binary_texts: tuple[str, str] = DEFAULT_BINARY_TEXTS
 
     def __post_init__(self):

@@ -1,12 +1,12 @@
 """The packed schedule (attention-only models): every fed trie node of a question in ONE forward call.
 
 A `TrieCall` holds tokens tagged (block, parent slot, position): a token sees earlier prefix tokens of
-its own block (question) and its ancestor-or-self trie nodes, nothing else; this generalizes
-`scorers.execution.PackedCall` (whose candidates are chains) to trees. Several questions share a call
-(block-diagonal). Without pruning, prefixes and nodes share one call; with pruning the prefixes run
-first with every layer (their cache is the anchor), then the nodes run over it with the mask's layers
-skipped. A question whose trie exceeds max_batch_tokens splits into calls by root subtrees (a root
-subtree is never split).
+its own block (question) and its ancestor-or-self trie nodes, nothing else (tree attention, see
+`tree_attention.py`); this generalizes `scorers.execution.PackedCall` (whose candidates are chains) to
+trees. Several questions share a call. Without pruning, prefixes and nodes share one call; with pruning
+the prefixes run first with every layer (their cache is the anchor), then the nodes run over it with the
+mask's layers skipped. Nodes beyond max_batch_tokens run as further calls over the grown cache (a call
+holds at most max_batch_tokens nodes, parents before children).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch
 
 from scorers.execution import Scored, _device, _gather_sums, _groups
 
-from .anchor import BranchCache, snapshot_prefix
+from .anchor import BranchCache, StateLedger, snapshot_prefix
 from .pruning import skipping
 from .readout import SequenceLogLikelihood
 from .tree_attention import build_layout, tree_attention
@@ -81,31 +81,38 @@ class TrieCall:
         return parents
 
     @torch.inference_mode()
-    def run(self, model, cached: "TrieCall | None" = None, anchor=None, use_cache: bool = False):
-        """One forward call: the log-prob of every (question, node) target, and the cache when asked."""
+    def run(self, model, cached: "TrieCall | None" = None, anchor=None, keep: bool = False, start: int = 0,
+            end: int | None = None):
+        """One forward call over slots [start, end) on `anchor` (the cached call and slots before start):
+        the log-prob of every (question, node) target predicted in the slice, and the grown state if `keep`."""
+        end = len(self) if end is None else end
         device = _device(model)
-        keep = sorted(set(self.rows))
-        row_of = {r: i for i, r in enumerate(keep)}
-        cache = BranchCache(anchor, 1, share=True, keep=False) if anchor is not None else None
-        first = len(cached) if cached is not None else 0
-        layout = build_layout(self.parents(cached), first, device)
+        picks = [i for i, r in enumerate(self.rows) if start <= r < end]
+        rows = sorted({self.rows[i] for i in picks})
+        row_of = {r: i for i, r in enumerate(rows)}
+        cache = BranchCache(anchor, 1, share=True, keep=keep) if anchor is not None else None
+        first = (len(cached) if cached is not None else 0) + start
+        layout = build_layout(self.parents(cached)[: first + end - start], first, device)
         with tree_attention(model):
             out = model(
-                input_ids=torch.tensor([self.tokens], device=device),
-                position_ids=torch.tensor([self.position], device=device),
+                input_ids=torch.tensor([self.tokens[start:end]], device=device),
+                position_ids=torch.tensor([self.position[start:end]], device=device),
                 cache=cache,
-                use_cache=use_cache or cache is not None,
-                logits_to_keep=torch.tensor(keep or [0], device=device),
+                use_cache=keep or cache is not None,
+                logits_to_keep=torch.tensor([r - start for r in rows] or [0], device=device),
                 tree_layout=layout,
             )
         result = {}
-        if self.rows:
-            owners = sorted(set(self.owners))
+        if picks:
+            owners = sorted({self.owners[i] for i in picks})
             slot = {o: i for i, o in enumerate(owners)}
-            sums = _gather_sums(out.logits[0], [row_of[r] for r in self.rows], self.targets,
-                                [slot[o] for o in self.owners], len(owners))
+            sums = _gather_sums(out.logits[0], [row_of[self.rows[i]] for i in picks], [self.targets[i] for i in picks],
+                                [slot[self.owners[i]] for i in picks], len(owners))
             result = dict(zip(owners, sums))
-        return result, (out.cache if use_cache and anchor is None else None)
+        if not keep:
+            return result, None
+        length = first + end - start
+        return result, (cache.row_state(0, length) if cache is not None else snapshot_prefix(out.cache, length))
 
 
 def packed_cost(prefix, trie: CandidateTrie) -> int:
@@ -122,50 +129,34 @@ class PackedGroup:
         self.prefix_call = None
         self.anchor = None
         self.root_lp: dict = {}
+        self.ledger = StateLedger()  # peak bytes of the states kept between calls
 
     def run_prefix(self, model):
         call = TrieCall()
         for q, (prefix, trie) in enumerate(self.items):
             call.add_prefix(q, prefix, trie, q)
-        self.root_lp, cache = call.run(model, use_cache=True)
+        self.root_lp, self.anchor = call.run(model, keep=True)
         self.prefix_call = call
-        self.anchor = snapshot_prefix(cache, len(call))
-
-    def node_chunks(self) -> list[list[tuple[int, list[int]]]]:
-        """Calls of (question, nodes): whole questions together when they fit, else root subtrees of one."""
-        fed_total = sum(len(t.fed()) for _, t in self.items)
-        if fed_total <= self.capacity or len(self.items) > 1:
-            return [[(q, t.fed()) for q, (_, t) in enumerate(self.items)]]
-        trie = self.items[0][1]
-        sizes = trie.subtree_sizes()
-        owner = {}
-        for node in range(len(trie)):
-            owner[node] = node if trie.parent[node] == ROOT else owner[trie.parent[node]]
-        chunks = []
-        for group in _groups([(r, sizes[r]) for r in trie.roots if sizes[r]], self.capacity):
-            members = set(group)
-            chunks.append([(0, [n for n in trie.fed() if owner[n] in members])])
-        return chunks
+        self.ledger.observe([self.anchor])
 
     def run_nodes(self, model, skip=()) -> tuple[list[list[float]], int]:
-        """Candidate logits per question and the number of node calls."""
-        results = dict(self.root_lp)
-        chunks = self.node_chunks()
-        for chunk in chunks:
-            call = TrieCall()
-            for q, nodes in chunk:
-                call.add_nodes(q, self.items[q][1], nodes, q)
-            if not len(call):
-                continue
-            with skipping(model, skip):
-                out, _ = call.run(model, cached=self.prefix_call, anchor=self.anchor)
-            results.update(out)
-        readout = SequenceLogLikelihood()
-        scores = []
+        """Candidate logits per question and the number of node calls: the fed nodes of every question in
+        calls of at most max_batch_tokens (parents first); each call attends to the keys before it."""
+        call = TrieCall()
         for q, (_, trie) in enumerate(self.items):
-            node_lp = [results.get((q, n), 0.0) for n in range(len(trie))]
-            scores.append(readout(trie, node_lp))
-        return scores, sum(1 for c in chunks if any(nodes for _, nodes in c))
+            call.add_nodes(q, trie, trie.fed(), q)
+        results, anchor = dict(self.root_lp), self.anchor
+        starts = range(0, len(call), self.capacity)
+        for start in starts:
+            end = min(start + self.capacity, len(call))
+            with skipping(model, skip):
+                out, anchor = call.run(model, self.prefix_call, anchor, keep=end < len(call), start=start, end=end)
+            results.update(out)
+            if anchor is not None:
+                self.ledger.observe([anchor])
+        readout = SequenceLogLikelihood()
+        scores = [readout(trie, [results.get((q, n), 0.0) for n in range(len(trie))]) for q, (_, trie) in enumerate(self.items)]
+        return scores, len(starts)
 
 
 @torch.inference_mode()
@@ -202,4 +193,5 @@ def score_packed_many(model, items: list[tuple[tuple[int, ...], CandidateTrie]],
             results[i].work.prefix_tokens = len(prefix)
             results[i].work.candidate_tokens = len(trie.fed())
             results[i].work.forward_calls = 1 + calls
+            results[i].work.cache_bytes = packed.ledger.peak
     return results

@@ -26,7 +26,7 @@ class FastJevScorer:
 
     def __init__(self, model="smollm2-135m-instruct", *, placement=None, components=COMPONENTS, schedule="auto",
                  template="chat", max_batch_tokens: int = 1024, pruning_k: int = 0, calibration: str | None = None,
-                 call_overhead_tokens: float = 110.0, binary_texts: Sequence[str] = DEFAULT_BINARY_TEXTS, readout=None):
+                 call_overhead_tokens: float = 32.0, binary_texts: Sequence[str] = DEFAULT_BINARY_TEXTS, readout=None):
         spec = model if isinstance(model, str) else model.spec
         self.options = FastJevOptions(spec, Placement.of(placement), components, schedule, template, max_batch_tokens,
                                       pruning_k, calibration, call_overhead_tokens, tuple(binary_texts))
