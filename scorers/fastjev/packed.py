@@ -115,7 +115,8 @@ class TrieCall:
         return result, (cache.row_state(0, length) if cache is not None else snapshot_prefix(out.cache, length))
 
 
-def packed_cost(prefix, trie: CandidateTrie) -> int:
+def packed_tokens(prefix, trie: CandidateTrie) -> int:
+    """Tokens of a question's single packed call: prefix + fed nodes."""
     return len(prefix) + len(trie.fed())
 
 
@@ -164,34 +165,30 @@ def score_packed_many(model, items: list[tuple[tuple[int, ...], CandidateTrie]],
                       skip=()) -> list[Scored]:
     """Pack questions into groups of at most max_batch_tokens tokens (an oversized question alone)."""
     results: list[Scored | None] = [None] * len(items)
-    costs = [(i, packed_cost(p, t)) for i, (p, t) in enumerate(items)]
+    costs = [(i, packed_tokens(p, t)) for i, (p, t) in enumerate(items)]
     fitting = [(i, c) for i, c in costs if c <= max_batch_tokens]
     groups = _groups(fitting, max_batch_tokens) + [[i] for i, c in costs if c > max_batch_tokens]
+    readout = SequenceLogLikelihood()
     for group in groups:
         members = [items[i] for i in group]
-        if not skip and all(c <= max_batch_tokens for i, c in costs if i in group):
+        if skip or any(costs[i][1] > max_batch_tokens for i in group):
+            packed = PackedGroup(members, max_batch_tokens)
+            packed.run_prefix(model)
+            scores, node_calls = packed.run_nodes(model, skip)
+            calls, kept = 1 + node_calls, packed.ledger.peak
+        else:  # prefixes and nodes in one call, nothing kept
             call = TrieCall()
             for q, (prefix, trie) in enumerate(members):
                 call.add_prefix(q, prefix, trie, q)
                 call.add_nodes(q, trie, trie.fed(), q)
             lp, _ = call.run(model)
-            readout = SequenceLogLikelihood()
-            for q, i in enumerate(group):
-                prefix, trie = members[q]
-                scores = readout(trie, [lp.get((q, n), 0.0) for n in range(len(trie))])
-                results[i] = Scored(scores)
-                results[i].work.prefix_tokens = len(prefix)
-                results[i].work.candidate_tokens = len(trie.fed())
-                results[i].work.forward_calls = 1
-            continue
-        packed = PackedGroup(members, max_batch_tokens)
-        packed.run_prefix(model)
-        scores, calls = packed.run_nodes(model, skip)
+            scores = [readout(trie, [lp.get((q, n), 0.0) for n in range(len(trie))]) for q, (_, trie) in enumerate(members)]
+            calls, kept = 1, 0
         for q, i in enumerate(group):
             prefix, trie = members[q]
             results[i] = Scored(scores[q])
             results[i].work.prefix_tokens = len(prefix)
             results[i].work.candidate_tokens = len(trie.fed())
-            results[i].work.forward_calls = 1 + calls
-            results[i].work.cache_bytes = packed.ledger.peak
+            results[i].work.forward_calls = calls
+            results[i].work.cache_bytes = kept
     return results

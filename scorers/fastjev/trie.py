@@ -95,14 +95,6 @@ class CandidateTrie:
                 parents.append(ROOT if up == ROOT else segment_of[up])
         return [Segment(tuple(chain), parent, bool(self.fed_children(chain[-1]))) for chain, parent in zip(chains, parents)]
 
-    def subtree_sizes(self) -> dict[int, int]:
-        """Fed-node count of each root's subtree."""
-        size = [1 if self.children[n] else 0 for n in range(len(self))]
-        for node in range(len(self) - 1, -1, -1):
-            if self.parent[node] != ROOT:
-                size[self.parent[node]] += size[node]
-        return {r: size[r] for r in self.roots}
-
 
 def sibling_groups(segments, kids: list[int], capacity: int) -> list[tuple[list[int], bool]]:
     """Calls for one parent's child segments: (segment ids, keep final states)."""
