@@ -188,6 +188,27 @@ def test_s_reduces_peak_live_state_on_hybrid():
 # ---------------------------------------------------------------- the scorer
 
 
+def test_tree_attention_unsupported_models_never_run_packed():
+    from transformers import Gemma2Config, LlamaConfig, Qwen3Config, Qwen3ForCausalLM
+
+    from scorers import Question, make_scorer
+    from scorers.fastjev.tree_attention import unsupported_reason
+
+    assert unsupported_reason(LlamaConfig()) is None
+    assert unsupported_reason(Qwen3Config()) is None  # sliding_window set but unused: every layer full
+    assert unsupported_reason(Gemma2Config()) == "attention logit softcapping"
+    config = Qwen3Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, head_dim=8, use_sliding_window=True, sliding_window=4, max_window_layers=0)
+    assert unsupported_reason(config) == "sliding-window attention"
+    model = Qwen3ForCausalLM(config).eval()
+    with pytest.raises(ValueError, match="tree attention.*sliding-window attention; use 'segmented' or 'auto'"):
+        make_scorer("fastjev", model=TinyLoaded(model, "attention"), template="none", schedule="packed")
+    scorer = make_scorer("fastjev", model=TinyLoaded(model, "attention"), template="none")
+    question = Question(context="ab", candidates=["cd", "ce", "cdf"], id="q")
+    assert scorer.plan(scorer.encode(question)[1])[0] == "segmented"  # shared stem, but no packed plan here
+
+
+
 class TinyLoaded:
     def __init__(self, model, kind):
         self.model, self.kind, self.spec, self.window, self.processor = model, kind, f"tiny-{kind}", 512, None

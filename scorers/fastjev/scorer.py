@@ -44,6 +44,12 @@ class FastJevScorer:
             raise ValueError(f"model {spec!r} is a vision-language model: fastjev scores text-only causal LMs")
         if self.options.schedule == "packed" and model.kind != "attention":
             raise ValueError(f"schedule 'packed' needs an attention-only model; {spec!r} is {model.kind}: use 'segmented' or 'auto'")
+        from .tree_attention import unsupported_reason
+
+        reason = unsupported_reason(model.model.config) if model.kind == "attention" else model.kind
+        if self.options.schedule == "packed" and reason:
+            raise ValueError(f"schedule 'packed' (tree attention) cannot run {spec!r}: {reason}; use 'segmented' or 'auto'")
+        self.packable = reason is None  # `auto` may choose the packed plan
         self.skip = load_mask(spec, self.options.pruning_k, self.n_layers, self.options.calibration)
         self.readout = readout
         from .plan import pair_cost_of
@@ -80,7 +86,7 @@ class FastJevScorer:
         schedule = self.options.schedule
         if schedule == "auto":
             costs = plan_costs(shared, flat, self.options.max_batch_tokens, self.options.call_overhead_tokens,
-                               self.pair_cost, self.loaded.kind == "attention", bool(skip))
+                               self.pair_cost, self.packable, bool(skip))
             name = choose(costs)
         else:
             name = schedule if shared is not None else ("packed" if schedule == "packed" else "flat")

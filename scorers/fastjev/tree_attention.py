@@ -86,6 +86,19 @@ def tree_attention_forward(module, query, key, value, attention_mask, dropout: f
 AttentionInterface.register(NAME, tree_attention_forward)
 
 
+def unsupported_reason(config) -> str | None:
+    """Why tree attention cannot run a model (logit softcapping, sliding-window layers), or None."""
+    text = getattr(config, "text_config", None) or config
+    if getattr(text, "attn_logit_softcapping", None):
+        return "attention logit softcapping"
+    layer_types = getattr(text, "layer_types", None)
+    if layer_types is not None:
+        sliding = any("sliding" in t for t in layer_types)
+    else:
+        sliding = getattr(text, "sliding_window", None) is not None and getattr(text, "use_sliding_window", True)
+    return "sliding-window attention" if sliding else None
+
+
 @contextmanager
 def tree_attention(model):
     """Route the model's attention through `tree_attention_forward` for the duration of one call."""
