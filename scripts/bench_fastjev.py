@@ -6,6 +6,8 @@ Measures, side by side in one process (methods interleaved, median over rounds):
   paper's 96-workload grid), the live cache bytes each keeps (`Usage.cache_bytes`; process peak RSS is not
   separable per method), and a plot of speedup over S+P against the trie's token reduction;
 - the cost of one forward call in token-equivalents (the `call_overhead_tokens` of `auto`);
+- workloads where `auto` misses the 5% mark are timed again with more rounds (`recheck_only=true` redoes only
+  that on the recorded workloads);
 - S on a tiny random hybrid model: peak live state bytes under Copy/Keep vs Share/Drop;
 - the calibration plot J_l (from docs/calibration) is linked; accuracy retention at k=0..10 when
   `retention=true` (6 QA runs on MMLU-285).
