@@ -9,6 +9,7 @@ from typing import Literal
 import numpy as np
 
 from scorers import Question
+from scorers.registry import check_choice
 
 from .base import AGENTS, Act
 from .perception import describe
@@ -32,10 +33,8 @@ class ScorerAgent:
 
     def __init__(self, scorer, task: str = "", memory: int = 4, perception: Perception = "describe",
                  policy: Policy = "argmax", temperature: float = 1.0, screenshot: bool = False):
-        if perception not in PERCEPTIONS:
-            raise ValueError(f"unknown perception {perception!r}; known: {', '.join(PERCEPTIONS)}")
-        if policy not in POLICIES:
-            raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
+        check_choice("perception", perception, PERCEPTIONS)
+        check_choice("policy", policy, POLICIES)
         if memory < 0:
             raise ValueError(f"memory must be >= 0, got {memory}")
         if not temperature > 0:

@@ -25,6 +25,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from scorers.registry import check_choice
+
 SCREEN_SHAPE = (100, 160, 3)  # rendered RES_320X200, downscaled 2x (there is no 160x100 resolution)
 BUTTONS: tuple[str, ...] = ("MOVE_FORWARD", "MOVE_BACKWARD", "TURN_LEFT", "TURN_RIGHT", "MOVE_LEFT", "MOVE_RIGHT", "ATTACK", "USE")
 STATUS_VARIABLES = {"health": "HEALTH", "ammo": "SELECTED_WEAPON_AMMO", "kills": "KILLCOUNT"}
@@ -122,8 +124,7 @@ class DoomEnv(gym.Env):
 
     def __init__(self, scenario: str = "defend_the_center", frame_skip: int = 4, episode_timeout: int | None = None,
                  render_mode: str | None = None):
-        if scenario not in SCENARIOS:
-            raise ValueError(f"unknown ViZDoom scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
+        check_choice("ViZDoom scenario", scenario, SCENARIOS)
         if int(frame_skip) < 1:
             raise ValueError(f"frame_skip must be >= 1, got {frame_skip}")
         if episode_timeout is not None and int(episode_timeout) < 1:

@@ -8,7 +8,7 @@ from typing import Literal, Sequence
 from .decision import make_decision
 from .placement import Placement
 from .prompts import TEMPLATES, EncodedQuestion, Template
-from .registry import register_scorer
+from .registry import check_choice, register_scorer
 from .types import DEFAULT_BINARY_TEXTS, Decision, Question, validate_candidates
 
 Schedule = Literal["auto", "independent", "batched", "packed", "sequential"]
@@ -17,10 +17,8 @@ SCHEDULES = ("auto", "independent", "batched", "packed", "sequential")
 
 def check_common_options(schedule: str, schedules: Sequence[str], template: str, max_batch_tokens: int) -> None:
     """The option checks every scorer shares; raises ValueError naming the known values."""
-    if schedule not in schedules:
-        raise ValueError(f"unknown schedule {schedule!r}; known: {', '.join(schedules)}")
-    if template not in TEMPLATES:
-        raise ValueError(f"unknown template {template!r}; known: {', '.join(TEMPLATES)}")
+    check_choice("schedule", schedule, schedules)
+    check_choice("template", template, TEMPLATES)
     if max_batch_tokens < 1:
         raise ValueError(f"max_batch_tokens must be at least 1, got {max_batch_tokens}")
 

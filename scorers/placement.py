@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from .registry import check_choice
+
 DTYPES = ("float32", "bfloat16", "float16")
 DEVICES = ("cpu", "cuda", "auto", "offload_experts")
 
@@ -19,10 +21,8 @@ class Placement:
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
 
     def __post_init__(self):
-        if self.device not in DEVICES:
-            raise ValueError(f"unknown placement device {self.device!r}; known: {', '.join(DEVICES)}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"unknown dtype {self.dtype!r}; known: {', '.join(DTYPES)}")
+        check_choice("placement device", self.device, DEVICES)
+        check_choice("dtype", self.dtype, DTYPES)
 
     @classmethod
     def of(cls, value: "Placement | str | dict | None") -> "Placement":

@@ -8,6 +8,12 @@ from typing import Callable, Generic, TypeVar
 T = TypeVar("T")
 
 
+def check_choice(what: str, value, known) -> None:
+    """ValueError naming the known values when `value` is not one of them."""
+    if value not in known:
+        raise ValueError(f"unknown {what} {value!r}; known: {', '.join(known)}")
+
+
 class Registry(Generic[T]):
     """Maps names to factories. Duplicate names and unknown names are errors."""
 

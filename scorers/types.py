@@ -6,6 +6,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Sequence
 
+from .registry import check_choice
+
 QuestionKind = Literal["categorical", "binary", "ordinal"]
 KINDS: tuple[str, ...] = ("categorical", "binary", "ordinal")
 DEFAULT_BINARY_TEXTS: tuple[str, str] = ("No", "Yes")
@@ -45,8 +47,7 @@ class Question:
         self._validate()
 
     def _validate(self):
-        if self.kind not in KINDS:
-            raise ValueError(f"unknown question kind {self.kind!r}; known: {', '.join(KINDS)}")
+        check_choice("question kind", self.kind, KINDS)
         if isinstance(self.context, str):
             if not self.context:
                 raise ValueError("question context is empty")

@@ -16,11 +16,7 @@ from agents.scoring import PERCEPTIONS, POLICIES
 from envs.question_sets import SUBSETS
 from scorers.placement import DEVICES, DTYPES
 from scorers.prompts import TEMPLATES
-
-
-def _check_choice(what: str, value: str, known: tuple[str, ...]) -> None:
-    if value not in known:
-        raise ValueError(f"unknown {what} {value!r}; known: {', '.join(known)}")
+from scorers.registry import check_choice
 
 
 def _check_positive(what: str, value: int | None) -> None:
@@ -45,8 +41,8 @@ class PlacementConfig:
     dtype: str = "float32"
 
     def __post_init__(self):
-        _check_choice("placement.device", self.device, DEVICES)
-        _check_choice("placement.dtype", self.dtype, DTYPES)
+        check_choice("placement.device", self.device, DEVICES)
+        check_choice("placement.dtype", self.dtype, DTYPES)
 
 
 @dataclass
@@ -67,10 +63,10 @@ class ScorerConfig:
     reasoning_seed: int = 0
 
     def __post_init__(self):
-        _check_choice("scorer.template", self.template, TEMPLATES)
+        check_choice("scorer.template", self.template, TEMPLATES)
         _check_positive("scorer.max_batch_tokens", self.max_batch_tokens)
         for component in self.components or ():
-            _check_choice("scorer.components entry", str(component), ("T", "S", "P"))
+            check_choice("scorer.components entry", str(component), ("T", "S", "P"))
 
 
 @dataclass
@@ -94,7 +90,7 @@ class DatasetConfig:
     path: Optional[str] = None
 
     def __post_init__(self):
-        _check_choice("dataset.subset", self.subset, SUBSETS)
+        check_choice("dataset.subset", self.subset, SUBSETS)
         _check_positive("dataset.limit", self.limit)
 
 
@@ -131,7 +127,7 @@ class EnvConfig:
     def __post_init__(self):
         from envs import DOOM_IDS
 
-        _check_choice("env.id", self.id, tuple(DOOM_IDS))
+        check_choice("env.id", self.id, tuple(DOOM_IDS))
         _check_positive("env.frame_skip", self.frame_skip)
         _check_positive("env.episode_timeout", self.episode_timeout)
 
@@ -153,9 +149,9 @@ class AgentConfig:
     screenshot: bool = False
 
     def __post_init__(self):
-        _check_choice("agent.name", self.name, AGENT_NAMES)
-        _check_choice("agent.perception", self.perception, PERCEPTIONS)
-        _check_choice("agent.policy", self.policy, POLICIES)
+        check_choice("agent.name", self.name, AGENT_NAMES)
+        check_choice("agent.perception", self.perception, PERCEPTIONS)
+        check_choice("agent.policy", self.policy, POLICIES)
         if self.memory < 0:
             raise ValueError(f"agent.memory must be >= 0, got {self.memory}")
         if not self.temperature > 0:
