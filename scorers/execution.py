@@ -73,7 +73,7 @@ def _gather_sums(logits: torch.Tensor, rows: list[int], targets: list[int], owne
     Normalized a chunk of rows at a time (no log_softmax copy of a many-row vocabulary tensor), as
     log_softmax does: (logit - max) - log(sum(exp(logits - max))), the picked values combined in float64."""
     device, logits = logits.device, logits.float()
-    peak = torch.cat([chunk.amax(dim=-1) for chunk in logits.split(NORMALIZER_ROWS)])
+    peak = logits.amax(dim=-1)
     log_total = torch.cat([(chunk - top[:, None]).exp_().sum(dim=-1).log_()
                            for chunk, top in zip(logits.split(NORMALIZER_ROWS), peak.split(NORMALIZER_ROWS))])
     rows_t = torch.tensor(rows, device=device)
