@@ -85,9 +85,8 @@ def test_tree_attention_equals_dense_mask(block):
     generator = torch.Generator().manual_seed(block)
     query = torch.randn(1, 4, len(parents) - first, 8, generator=generator)
     key, value = (torch.randn(1, 2, len(parents), 8, generator=generator) for _ in range(2))
-    module = type("Attention", (), {"num_key_value_groups": 2})()
     layout = build_layout(parents, first, "cpu", block=block)
-    out, _ = tree_attention_forward(module, query, key, value, None, scaling=0.3, tree_layout=layout)
+    out, _ = tree_attention_forward(None, query, key, value, None, scaling=0.3, tree_layout=layout)
     dense = F.scaled_dot_product_attention(query, key.repeat_interleave(2, 1), value.repeat_interleave(2, 1),
                                            attn_mask=ancestor[first:], scale=0.3)
     assert torch.allclose(out, dense.transpose(1, 2), atol=1e-5)
