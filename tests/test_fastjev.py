@@ -94,6 +94,29 @@ def test_tree_attention_equals_dense_mask(block):
     assert computed == padded_pairs(parents, first, block) < (len(parents) - first) * len(parents)
 
 
+def test_grouped_sdpa_equals_transformers_sdpa():
+    """Batched rows with padding, 3 query heads per key head: same output as transformers' sdpa (repeat_kv)."""
+    import types
+
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from scorers.fastjev.attention import grouped_sdpa_forward
+
+    generator = torch.Generator().manual_seed(0)
+    query = torch.randn(4, 6, 5, 8, generator=generator)
+    key, value = (torch.randn(4, 2, 12, 8, generator=generator) for _ in range(2))
+    mask = torch.ones(4, 1, 5, 12, dtype=torch.bool)
+    mask[:, :, :, 7:] = torch.tril(torch.ones(5, 5, dtype=torch.bool))
+    mask[1, :, :, 10:] = False  # a shorter row (right padding)
+    module = types.SimpleNamespace(num_key_value_groups=3, is_causal=True, training=False)
+    for attention_mask in (mask, None):
+        expected, _ = sdpa_attention_forward(module, query, key, value, attention_mask, scaling=0.4)
+        out, _ = grouped_sdpa_forward(module, query, key, value, attention_mask, scaling=0.4)
+        assert out.shape == expected.shape == (4, 5, 6, 8)
+        assert torch.allclose(out, expected, atol=1e-6)
+
+
 def test_tree_attention_refuses_missing_layout_and_softcap():
     import torch
 

@@ -15,6 +15,7 @@ import torch
 from scorers.execution import Scored, _device, _gather_sums
 
 from .anchor import BranchCache, StateLedger, snapshot_prefix
+from .attention import grouped_rows
 from .pruning import skipping
 from .readout import SequenceLogLikelihood
 from .trie import ROOT, CandidateTrie, sibling_groups
@@ -70,7 +71,7 @@ def score_segmented(model, prefix, trie: CandidateTrie, max_batch_tokens: int, s
                         owners.append(child)
             cache = BranchCache(states[parent], len(group), share, keep=internal or not share)
             positions = torch.arange(length, length + width).expand(len(group), width)
-            with skipping(model, skip):
+            with skipping(model, skip), grouped_rows(model):
                 out = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device),
                             cache=cache, use_cache=True)
             local = sorted(set(owners))

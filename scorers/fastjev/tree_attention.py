@@ -12,13 +12,13 @@ passes the layout as the `tree_layout` keyword (transformers forwards extra keyw
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 
+from .attention import use_attention
 from .blocks import BLOCK, buckets, query_blocks, span
 
 NAME = "jetgym_tree"
@@ -99,13 +99,6 @@ def unsupported_reason(config) -> str | None:
     return "sliding-window attention" if sliding else None
 
 
-@contextmanager
 def tree_attention(model):
     """Route the model's attention through `tree_attention_forward` for the duration of one call."""
-    config = model.config
-    previous = config._attn_implementation
-    config._attn_implementation = NAME
-    try:
-        yield
-    finally:
-        config._attn_implementation = previous
+    return use_attention(model, NAME)
