@@ -6,6 +6,8 @@ segments only with equal lengths (their final states are kept, so no padding may
 leaf segments right-padded (padding after a leaf's last token changes none of its outputs, and leaf
 states are dropped). A parent's state is released once all its children ran (Share/Drop); with
 share=False every branch copies its initial state and every final state is kept (Copy/Keep).
+On `sdpa` models the rows' attention runs as grouped-query SDPA (`attention.py`): the context keys are
+never repeated per query head.
 """
 
 from __future__ import annotations
