@@ -25,9 +25,10 @@ def grouped_sdpa_forward(module, query, key, value, attention_mask, dropout: flo
     """`sdpa` without repeated keys: query (B, H, q, D), key/value (B, KV, k, D) -> ((B, q, H, D), None)."""
     batch, heads, length, _ = query.shape
     kv = key.shape[1]
-    plain = heads == kv or attention_mask is None or kwargs.get("softcap") is not None or kwargs.get("position_bias") is not None
-    if plain:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    extra = kwargs.get("softcap") is not None or kwargs.get("position_bias") is not None
+    if heads == kv or attention_mask is None or extra:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
     groups = heads // kv  # query head h reads key head h // groups (as repeat_kv lays them out)
     folded = query.reshape(batch, kv, groups * length, query.shape[3])
     mask = attention_mask.expand(batch, heads, length, key.shape[2]).reshape(batch, kv, groups * length, key.shape[2])
