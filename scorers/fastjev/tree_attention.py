@@ -3,7 +3,7 @@
 Every key (cached or new) has a parent key; a query sees its ancestors and itself. The queries are cut into
 blocks (`blocks.py`); a block's queries share one context and are causal among themselves, so a block needs
 the keys context + block and a mask `key < context + min(query + 1, length)`. Per bucket of blocks and layer:
-one gather of keys and one `scaled_dot_product_attention`. Attention work is the sum over queries of their
+one gather of keys and one `grouped_sdpa` (`attention.py`). Attention work is the sum over queries of their
 visible keys (plus bucket padding) instead of queries x all keys.
 
 Used through `tree_attention(model)`, which switches the model's attention implementation for one call and
@@ -15,10 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from transformers import AttentionInterface
 
-from .attention import use_attention
+from .attention import grouped_sdpa, use_attention
 from .blocks import BLOCK, buckets, query_blocks, span
 
 NAME = "jetgym_tree"
@@ -67,19 +66,13 @@ def tree_attention_forward(module, query, key, value, attention_mask, dropout: f
     if kwargs.get("softcap") is not None or kwargs.get("sliding_window") is not None:
         raise NotImplementedError("tree attention supports plain softmax attention only (no softcap or sliding window)")
     heads, width = query.shape[1], value.shape[3]
-    kv = key.shape[1]
-    groups = heads // kv  # a query head h reads key head h // groups; groups ride in the query axis
     out = query.new_empty(tree_layout.queries, heads, width)
-    q = query[0].view(kv, groups, -1, query.shape[3])
     for bucket in tree_layout.buckets:
-        blocks, block = bucket.queries.shape
-        qs = q[:, :, bucket.queries].permute(2, 0, 1, 3, 4).reshape(blocks, kv, groups * block, -1)
+        qs = query[0][:, bucket.queries].transpose(0, 1)  # (S, H, Q, D)
         ks = key[0][:, bucket.keys].transpose(0, 1)  # (S, KV, K, D)
         vs = value[0][:, bucket.keys].transpose(0, 1)
-        mask = bucket.mask.repeat(1, 1, groups, 1)
-        o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, scale=scaling)
-        o = o.view(blocks, kv, groups, block, width).permute(0, 3, 1, 2, 4).reshape(-1, heads, width)
-        out[bucket.targets] = o[bucket.rows]
+        o = grouped_sdpa(qs, ks, vs, bucket.mask, scaling)  # (S, Q, H, D)
+        out[bucket.targets] = o.reshape(-1, heads, width)[bucket.rows]
     return out[None], None
 
 
