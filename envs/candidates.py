@@ -2,7 +2,7 @@
 
 It sits on any env with a `Discrete` action space; observations, rewards and actions pass through
 untouched. The texts come from the argument or from the env's `controls` (objects with `label` and
-`text`, as `envs.vizdoom.CONTROLS`).
+`text`, as `jetgym.envs.vizdoom.CONTROLS`).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from scorers.registry import check_choice
+from jetgym.scorers.registry import check_choice
 
 SCREEN_SHAPE = (100, 160, 3)  # rendered RES_320X200, downscaled 2x (there is no 160x100 resolution)
 BUTTONS: tuple[str, ...] = ("MOVE_FORWARD", "MOVE_BACKWARD", "TURN_LEFT", "TURN_RIGHT", "MOVE_LEFT", "MOVE_RIGHT", "ATTACK", "USE")
@@ -138,7 +138,7 @@ class DoomEnv(gym.Env):
         self.render_mode = render_mode
         self.metadata = {**self.metadata, "render_fps": TICS_PER_SECOND / self.frame_skip}
         self.controls = CONTROLS
-        self.briefing = self.scenario.briefing
+        self.task = self.scenario.briefing  # the text an agent is told before it plays
         self.action_space = spaces.Discrete(len(CONTROLS))
         self.observation_space = spaces.Dict({
             "screen": spaces.Box(0, 255, SCREEN_SHAPE, np.uint8),
@@ -227,7 +227,7 @@ class DoomEnv(gym.Env):
                     raise
                 self._restart()
         obs = self._observe()
-        return obs, {"engine_restarts": self.engine_restarts}
+        return obs, {"engine_restarts": self.engine_restarts, "status": obs["status"]}
 
     def step(self, action):
         if self._game is None or self._last_obs is None:
@@ -244,9 +244,10 @@ class DoomEnv(gym.Env):
             dead = finished and self._game.is_player_dead()
         except self._crashes() as exc:
             self._pending_restart = True
-            info = {"engine_restarts": self.engine_restarts, "truncated_reason": f"engine crash: {exc}"}
+            info = {"engine_restarts": self.engine_restarts, "truncated_reason": f"engine crash: {exc}",
+                    "status": self._last_obs["status"]}
             return self._last_obs, 0.0, False, True, info
-        info: dict[str, Any] = {"engine_restarts": self.engine_restarts}
+        info: dict[str, Any] = {"engine_restarts": self.engine_restarts, "status": obs["status"]}
         if timeout:
             info["truncated_reason"] = "episode timeout"
         elif finished:

@@ -40,8 +40,12 @@ class Work:
 
 @dataclass
 class Scored:
+    """Candidate log-likelihoods of one question and the work done; `peak_recurrent_bytes` is the
+    largest recurrent state kept at once (FastJEV's segmented schedule on hybrid models; 0 elsewhere)."""
+
     logprobs: list[float]
     work: Work = field(default_factory=Work)
+    peak_recurrent_bytes: int = 0
 
 
 def fed_tokens(question: EncodedQuestion) -> int:

@@ -2,30 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Literal, Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Sequence
 
+from .base import ScorerBase
 from .decision import make_decision
-from .placement import Placement
-from .prompts import TEMPLATES, EncodedQuestion, Template
-from .registry import check_choice, register_scorer
-from .types import DEFAULT_BINARY_TEXTS, Decision, Question, validate_candidates
+from .options import ScorerOptions
+from .prompts import EncodedQuestion
+from .types import Decision, Question, validate_candidates
 
-Schedule = Literal["auto", "independent", "batched", "packed", "sequential"]
 SCHEDULES = ("auto", "independent", "batched", "packed", "sequential")
 
 
-def check_common_options(schedule: str, schedules: Sequence[str], template: str, max_batch_tokens: int) -> None:
-    """The option checks every scorer shares; raises ValueError naming the known values."""
-    check_choice("schedule", schedule, schedules)
-    check_choice("template", template, TEMPLATES)
-    if max_batch_tokens < 1:
-        raise ValueError(f"max_batch_tokens must be at least 1, got {max_batch_tokens}")
-
-
 @dataclass(frozen=True)
-class JetOptions:
-    """Options of the `jet` scorer, validated before any model is loaded.
+class JetOptions(ScorerOptions):
+    """Options of the `jet` scorer (the shared ones are documented on `ScorerOptions`).
 
     schedule: `independent` (one full forward per candidate, the reference), `batched` (prefix cache,
         padded continuation batches), `packed` (prefix and continuations in one masked call; several
@@ -35,19 +26,14 @@ class JetOptions:
         models (see docs/benchmarks.md), `sequential` for hybrid and vision-language models (the images
         run once, with the prefix), `independent` for others. `batched` and `packed` need an
         attention-only model.
-    max_batch_tokens: the most tokens one continuation call takes; larger sets run in groups.
     reasoning: generate a trace once per question (at most `reasoning_tokens`, greedy when
         `reasoning_temperature` is 0, else sampled with `reasoning_seed`), append it and
         `reasoning_suffix` to the shared context, and record it in the decision. Text only: refused for
         questions with images.
     """
 
-    model: str = "smollm2-135m-instruct"
-    placement: Placement = field(default_factory=Placement)
-    schedule: Schedule = "auto"
-    template: Template = "chat"
-    max_batch_tokens: int = 1024
-    binary_texts: tuple[str, str] = DEFAULT_BINARY_TEXTS
+    SCHEDULES: ClassVar[tuple[str, ...]] = SCHEDULES
+
     reasoning: bool = False
     reasoning_tokens: int = 128
     reasoning_temperature: float = 0.0
@@ -55,28 +41,25 @@ class JetOptions:
     reasoning_suffix: str = "\nAnswer:"
 
     def __post_init__(self):
-        check_common_options(self.schedule, SCHEDULES, self.template, self.max_batch_tokens)
-        object.__setattr__(self, "binary_texts", tuple(self.binary_texts))
-        validate_candidates(self.binary_texts, "binary")
+        super().__post_init__()
         if self.reasoning_tokens < 1:
             raise ValueError(f"reasoning_tokens must be at least 1, got {self.reasoning_tokens}")
         if self.reasoning_temperature < 0:
             raise ValueError(f"reasoning_temperature must be >= 0, got {self.reasoning_temperature}")
 
 
-@register_scorer("jet")
-class JetScorer:
+class JetScorer(ScorerBase):
     """Scores every candidate text by its teacher-forced log-likelihood and normalizes over the set.
 
     `model` is a spec (embedded name, local folder, hub id) or an already loaded `LoadedModel`.
     """
 
-    def __init__(self, model="smollm2-135m-instruct", *, placement=None, schedule: Schedule = "auto",
-                 template: Template = "chat", max_batch_tokens: int = 1024,
-                 binary_texts: Sequence[str] = DEFAULT_BINARY_TEXTS, **reasoning):
+    name = "jet"
+    Options = JetOptions
+
+    def __init__(self, model="smollm2-135m-instruct", **options):
         spec = model if isinstance(model, str) else model.spec
-        self.options = JetOptions(spec, Placement.of(placement), schedule, template, max_batch_tokens,
-                                  tuple(binary_texts), **reasoning)
+        self.options = JetOptions(model=spec, **options)
         if isinstance(model, str):
             from .models import load_model
 
@@ -84,21 +67,13 @@ class JetScorer:
         self.loaded = model
 
     def describe(self) -> dict:
-        """The options as a JSON-able dict (for summaries)."""
-        return {"scorer": "jet", **asdict(self.options), "schedule_used": self.schedule}
+        return {**super().describe(), "schedule_used": self.schedule}
 
     @property
     def schedule(self) -> str:
         if self.options.schedule != "auto":
             return self.options.schedule
         return {"attention": "packed", "hybrid": "sequential", "vision": "sequential"}.get(self.loaded.kind, "independent")
-
-    def decide(self, question: Question) -> Decision:
-        return self.decide_many([question])[0]
-
-    def decide_many(self, questions: Sequence[Question]) -> list[Decision]:
-        """Decisions in the same order; with the packed schedule questions share forward calls."""
-        return self.score(self.prepare(questions))
 
     def prepare(self, questions: Sequence[Question]) -> list[Prepared]:
         """Validate, render and tokenize (and generate reasoning traces): the work before scoring.

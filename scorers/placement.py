@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from .registry import check_choice
 
@@ -17,12 +16,12 @@ class Placement:
     `offload_experts` (mixture-of-experts models: routed experts run on the CPU, everything else on
     the GPU; all weights stay resident, nothing is streamed from disk)."""
 
-    device: Literal["cpu", "cuda", "auto", "offload_experts"] = "cpu"
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = "cpu"
+    dtype: str = "float32"
 
     def __post_init__(self):
-        check_choice("placement device", self.device, DEVICES)
-        check_choice("dtype", self.dtype, DTYPES)
+        check_choice("placement.device", self.device, DEVICES)
+        check_choice("placement.dtype", self.dtype, DTYPES)
 
     @classmethod
     def of(cls, value: "Placement | str | dict | None") -> "Placement":

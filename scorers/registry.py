@@ -1,8 +1,10 @@
-"""A small typed registry: register by decorator, look up by name with did-you-mean errors."""
+"""A small typed registry: register by decorator or by a cheap "module:attribute" string, look up by
+name with did-you-mean errors. String entries are imported only when first used."""
 
 from __future__ import annotations
 
 import difflib
+import importlib
 from typing import Callable, Generic, TypeVar
 
 T = TypeVar("T")
@@ -14,18 +16,29 @@ def check_choice(what: str, value, known) -> None:
         raise ValueError(f"unknown {what} {value!r}; known: {', '.join(known)}")
 
 
+def import_target(target: str):
+    """The object named by "package.module:attribute"."""
+    module, _, attribute = target.partition(":")
+    if not module or not attribute:
+        raise ValueError(f"a registry target is 'module:attribute', got {target!r}")
+    return getattr(importlib.import_module(module), attribute)
+
+
 class Registry(Generic[T]):
-    """Maps names to factories. Duplicate names and unknown names are errors."""
+    """Maps names to entries (objects or "module:attribute" strings). Duplicate and unknown names are errors."""
 
     def __init__(self, kind: str):
         self.kind = kind
-        self._entries: dict[str, T] = {}
+        self._entries: dict[str, T | str] = {}
+
+    def add(self, name: str, entry: T | str) -> None:
+        if name in self._entries:
+            raise ValueError(f"{self.kind} {name!r} is already registered")
+        self._entries[name] = entry
 
     def register(self, name: str) -> Callable[[T], T]:
         def decorator(entry: T) -> T:
-            if name in self._entries:
-                raise ValueError(f"{self.kind} {name!r} is already registered")
-            self._entries[name] = entry
+            self.add(name, entry)
             return entry
 
         return decorator
@@ -33,27 +46,13 @@ class Registry(Generic[T]):
     def get(self, name: str) -> T:
         if name not in self._entries:
             known = ", ".join(sorted(self._entries)) or "none"
-            close = difflib.get_close_matches(name, self._entries, n=1)
+            close = difflib.get_close_matches(str(name), self._entries, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             raise LookupError(f"unknown {self.kind} {name!r}; known: {known}.{hint}")
-        return self._entries[name]
+        entry = self._entries[name]
+        if isinstance(entry, str):
+            entry = self._entries[name] = import_target(entry)
+        return entry
 
     def names(self) -> list[str]:
         return sorted(self._entries)
-
-
-SCORERS: Registry[Callable] = Registry("scorer")
-
-
-def register_scorer(name: str):
-    """Class decorator: make a scorer available to `make_scorer(name, ...)`."""
-    return SCORERS.register(name)
-
-
-def make_scorer(name: str, **options):
-    """Build the scorer registered under `name` with its options (model, schedule, template, ...)."""
-    return SCORERS.get(name)(**options)
-
-
-def available_scorers() -> list[str]:
-    return SCORERS.names()

@@ -19,13 +19,16 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 import hydra
 from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from scripts.benchmarks_doc import write_results
+from jetgym.scripts.config import CONFIG_PATH
+from jetgym.scripts.benchmarks_doc import write_results
 
 SCHEDULES = ("batched", "packed")
 
@@ -38,7 +41,8 @@ class BenchConfig:
     per_question_lm_eval_batch_sizes: list[int] = field(default_factory=lambda: [1, 4])
     whole_set_lm_eval_batch_sizes: list[int] = field(default_factory=lambda: [1, 4, 16])
     max_batch_tokens: int = 1024
-    write_doc: bool = True
+    docs: bool = False  # also write docs/benchmarks.md and docs/bench/ (source checkout only)
+    output_dir: Optional[str] = None  # the run folder (null: Hydra's run dir)
 
 
 ConfigStore.instance().store(name="bench_schema", node=BenchConfig)
@@ -66,11 +70,11 @@ def run_bench(cfg: BenchConfig) -> dict:
     import torch
     from lm_eval.models.huggingface import HFLM
 
-    from envs.question_sets import load_mmlu
-    from scorers import make_scorer
-    from scorers.execution import fed_tokens
-    from scorers.models import load_model, resolve
-    from scorers.prompts import encode
+    from jetgym.questions.sets import load_mmlu
+    from jetgym.scorers import make_scorer
+    from jetgym.scorers.execution import fed_tokens
+    from jetgym.scorers.models import load_model, resolve
+    from jetgym.scorers.prompts import encode
 
     questions = load_mmlu(subset=cfg.subset, limit=cfg.limit)
     loaded = load_model(cfg.model)
@@ -134,8 +138,7 @@ def run_bench(cfg: BenchConfig) -> dict:
         "mean_candidate_tokens": statistics.mean(sum(len(c) for c in e.continuations) for e in encodings),
         "median_seconds_per_question": medians, "whole_set_seconds": whole, "agreement": agreement,
     }
-    if cfg.write_doc:
-        write_results("jet_execution", results, render(results))
+    write_results(cfg.output_dir, "jet_execution", results, render(results), docs=cfg.docs)
     return results
 
 
@@ -180,10 +183,12 @@ def render(r: dict) -> str:
     return "\n".join(lines)
 
 
-@hydra.main(config_path=str(Path(__file__).resolve().parents[1] / "conf"), config_name="bench", version_base=None)
+@hydra.main(config_path=CONFIG_PATH, config_name="bench", version_base=None)
 def main(cfg) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    results = run_bench(OmegaConf.to_object(cfg))
+    config = OmegaConf.to_object(cfg)
+    config.output_dir = config.output_dir or HydraConfig.get().runtime.output_dir
+    results = run_bench(config)
     print(render(results))
 
 

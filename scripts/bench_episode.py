@@ -5,78 +5,73 @@
    control), measured over the same seeded defend-the-center steps.
 2. Mean return over seeded defend-the-center episodes for `scorer` (jet, packed), `random`, `scripted`.
 
-    .venv/bin/python -m scripts.bench_episode              # 10 episodes of 210 tics, frame skip 7
-    .venv/bin/python -m scripts.bench_episode --episodes 20 --episode-timeout 2100 --frame-skip 4
+    .venv/bin/python -m jetgym.scripts.bench_episode              # 10 episodes of 210 tics, frame skip 7
+    .venv/bin/python -m jetgym.scripts.bench_episode --episodes 20 --episode-timeout 2100 --frame-skip 4
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import time
 from pathlib import Path
 
 import torch
-from hydra import compose, initialize_config_dir
-
-from scripts.benchmarks_doc import write_section
-from scripts.episode import CONF_DIR, build_scorer, make_env, run_episodes
-from scripts.config import to_config
+from jetgym.scripts.benchmarks_doc import write_results
+from jetgym.scripts.config import compose, scorer_options, to_config
+from jetgym.scripts.episode import make_env, run_episodes
 
 AGENTS = ("scorer", "random", "scripted")
 
 
-def episode_cfg(overrides: list[str]):
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        return compose("episode", overrides=overrides)
+class CountingAgent:
+    """Passes decisions through and counts the scorer's forward calls."""
+
+    def __init__(self, agent):
+        self.agent, self.forward_calls = agent, 0
+
+    def reset(self, seed=None):
+        self.agent.reset(seed)
+
+    def act(self, observation, candidates):
+        act = self.agent.act(observation, candidates)
+        self.forward_calls += act.usage["forward_calls"]
+        return act
 
 
-def decision_rate(config, scorer, decisions: int, seed: int) -> dict:
-    """Agent decisions/s over `decisions` steps of seeded episodes (the engine's time is excluded)."""
-    from agents import make_agent
+def decision_rate(config, scorer, seed: int) -> dict:
+    """Agent decisions/s over one seeded episode (the engine's time is excluded)."""
+    from jetgym.agents import make_agent, rollout
 
     env = make_env(config)
-    agent = make_agent("scorer", scorer=scorer, task=env.unwrapped.briefing, memory=config.agent.memory,
-                       perception=config.agent.perception)
-    thinking, done, forward_calls = 0.0, 0, 0
+    agent = CountingAgent(make_agent("scorer", scorer=scorer, task=env.unwrapped.task, memory=config.agent.memory,
+                                     perception=config.agent.perception))
     try:
-        obs, info = env.reset(seed=seed)
-        agent.reset(seed)
-        while done < decisions:
-            tick = time.monotonic()
-            act = agent.act(obs, info["candidates"])
-            thinking += time.monotonic() - tick
-            forward_calls += act.usage["forward_calls"]
-            done += 1
-            obs, _, terminated, truncated, info = env.step(act.action)
-            if terminated or truncated:
-                obs, info = env.reset(seed=seed + done)
+        (episode,) = rollout(env, agent, 1, seed, progress=False)
     finally:
         env.close()
-    return {"decisions": done, "seconds": thinking, "decisions_per_second": done / thinking,
-            "forward_calls_per_decision": forward_calls / done}
+    done = episode["length"]
+    return {"decisions": done, "seconds": episode["decision_seconds"],
+            "decisions_per_second": done / episode["decision_seconds"], "forward_calls_per_decision": agent.forward_calls / done}
 
 
-def bench(episodes: int = 10, episode_timeout: int = 210, frame_skip: int = 7, decisions: int = 12, seed: int = 0,
-          output_dir: str = "outputs/bench_episode", write_doc: bool = True) -> dict:
+def bench(episodes: int = 10, episode_timeout: int = 210, frame_skip: int = 7, seed: int = 0,
+          output_dir: str = "outputs/bench_episode", write_doc: bool = False) -> dict:
+    from jetgym.scorers import make_scorer
+
     started = time.monotonic()
     out = Path(output_dir)
-    base = [f"env.episode_timeout={episode_timeout}", f"env.frame_skip={frame_skip}", f"seed={seed}",
+    base = [f"env.kwargs.episode_timeout={episode_timeout}", f"env.kwargs.frame_skip={frame_skip}", f"seed={seed}",
             f"episodes={episodes}", "video=false"]
-    config = to_config(episode_cfg(base + [f"output_dir={out}"]))
-    packed = build_scorer(config)
-    from scorers import make_scorer
-
-    options = dict(placement={"device": config.placement.device, "dtype": config.placement.dtype},
-                   template=config.scorer.template, max_batch_tokens=config.scorer.max_batch_tokens)
-    packed = make_scorer("jet", model=packed.loaded, schedule="packed", **options)
-    independent = make_scorer("jet", model=packed.loaded, schedule="independent", **options)
-    rates = {name: decision_rate(config, scorer, decisions, seed) for name, scorer in
+    config = to_config(compose("episode", base + [f"output_dir={out}"]))
+    options = {**scorer_options(config), "schedule": "packed"}
+    packed = make_scorer("jet", **options)
+    independent = make_scorer("jet", **{**options, "model": packed.loaded, "schedule": "independent"})
+    rates = {name: decision_rate(config, scorer, seed) for name, scorer in
              (("packed", packed), ("independent", independent))}
     results = {}
     for agent in AGENTS:
-        summary = run_episodes(episode_cfg(base + [f"agent={agent}", f"output_dir={out / agent}"]),
+        summary = run_episodes(compose("episode", base + [f"agent={agent}", f"output_dir={out / agent}"]),
                                scorer=packed if agent == "scorer" else None, quiet=True)
         results[agent] = summary
         print(f"{agent}: mean return {summary['mean_return']:.2f} +- {summary['std_return']:.2f}", flush=True)
@@ -86,22 +81,19 @@ def bench(episodes: int = 10, episode_timeout: int = 210, frame_skip: int = 7, d
                                           for k, v in results.items()},
               "episode_timeout": episode_timeout, "frame_skip": frame_skip, "seed": seed,
               "torch_threads": torch.get_num_threads(), "wall_seconds": time.monotonic() - started}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench.json").write_text(json.dumps(report, sort_keys=True, indent=2) + "\n")
-    if write_doc:
-        write_section("vizdoom", render(report, episodes, decisions))
-    print(render(report, episodes, decisions))
+    write_results(out, "vizdoom", report, render(report, episodes), docs=write_doc)
+    print(render(report, episodes))
     return report
 
 
-def render(report: dict, episodes: int, decisions: int) -> str:
+def render(report: dict, episodes: int) -> str:
     rates, returns = report["rates"], report["returns"]
     speedup = rates["packed"]["decisions_per_second"] / rates["independent"]["decisions_per_second"]
     lines = [
         "## ViZDoom control loop (defend the center)",
         "",
-        f"Command: `.venv/bin/python -m scripts.bench_episode --episodes {episodes} --episode-timeout "
-        f"{report['episode_timeout']} --frame-skip {report['frame_skip']} --decisions {decisions}` "
+        f"Command: `.venv/bin/python -m jetgym.scripts.bench_episode --docs --episodes {episodes} --episode-timeout "
+        f"{report['episode_timeout']} --frame-skip {report['frame_skip']}` "
         f"({platform.machine()} CPU, {report['torch_threads']} torch threads, embedded SmolLM2-135M-Instruct fp32, "
         f"chat template, `perception=describe`, memory 4; whole run {report['wall_seconds']:.0f} s).",
         "",
@@ -136,12 +128,11 @@ def main(argv=None) -> None:
     parser.add_argument("--episodes", type=int, default=10)
     parser.add_argument("--episode-timeout", type=int, default=210, help="tics per episode (35 tics = 1 s)")
     parser.add_argument("--frame-skip", type=int, default=7)
-    parser.add_argument("--decisions", type=int, default=12, help="decisions timed per schedule")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output-dir", default="outputs/bench_episode")
-    parser.add_argument("--no-doc", action="store_true", help="do not write docs/benchmarks.md")
+    parser.add_argument("--docs", action="store_true", help="also write docs/benchmarks.md (from a checkout)")
     args = parser.parse_args(argv)
-    bench(args.episodes, args.episode_timeout, args.frame_skip, args.decisions, args.seed, args.output_dir, not args.no_doc)
+    bench(args.episodes, args.episode_timeout, args.frame_skip, args.seed, args.output_dir, args.docs)
 
 
 if __name__ == "__main__":

@@ -24,16 +24,16 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 import hydra
 from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from scripts.benchmarks_doc import DOC, write_results
-
-DOCS = DOC.parent
-RESULTS = DOCS / "bench" / "fastjev.json"
+from jetgym.scripts.config import CONFIG_PATH
+from jetgym.scripts.benchmarks_doc import docs_dir, write_results
 
 
 @dataclass
@@ -51,14 +51,15 @@ class BenchFastJevConfig:
     k: int = 6
     retention: bool = False
     retention_ks: list[int] = field(default_factory=lambda: [0, 2, 4, 6, 8, 10])
-    write_doc: bool = True
+    docs: bool = False  # also write docs/benchmarks.md and docs/bench/ (source checkout only)
+    output_dir: Optional[str] = None  # the run folder (null: Hydra's run dir)
 
 
 ConfigStore.instance().store(name="bench_fastjev_schema", node=BenchFastJevConfig)
 
 
 def synthetic(rng, n, length, shared, levels, prefix_tokens, vocab):
-    from scorers.prompts import EncodedQuestion
+    from jetgym.scorers.prompts import EncodedQuestion
 
     tok = lambda: rng.randrange(100, vocab)  # noqa: E731
     common = round(length * shared)
@@ -103,7 +104,7 @@ def auto_ratio(seconds: dict) -> float:
 def recheck(cfg: BenchFastJevConfig, methods: dict, questions: list, workloads: list[dict]) -> None:
     """Time again, with cfg.recheck_rounds interleaved rounds, the workloads where `auto` missed the 5% mark
     (kept next to the first timing as `recheck`)."""
-    from scorers.fastjev.trie import CandidateTrie
+    from jetgym.scorers.fastjev.trie import CandidateTrie
 
     if not cfg.recheck_rounds:
         return
@@ -126,12 +127,12 @@ def _timed(fn):
 def run_bench(cfg: BenchFastJevConfig) -> dict:
     import torch
 
-    from envs.question_sets import load_mmlu
-    from scorers import make_scorer
-    from scorers.execution import score_packed
-    from scorers.fastjev.pruning import calibration_path
-    from scorers.fastjev.trie import CandidateTrie
-    from scorers.models import load_model
+    from jetgym.questions.sets import load_mmlu
+    from jetgym.scorers import make_scorer
+    from jetgym.scorers.execution import score_packed
+    from jetgym.scorers.fastjev.pruning import calibration_path
+    from jetgym.scorers.fastjev.trie import CandidateTrie
+    from jetgym.scorers.models import load_model
 
     loaded = load_model(cfg.model)
     k = cfg.k if calibration_path(cfg.model).exists() else 0
@@ -145,11 +146,10 @@ def run_bench(cfg: BenchFastJevConfig) -> dict:
     methods["jet"] = lambda e: score_packed(loaded.model, e, 1024)
     questions = grid_questions(cfg, loaded.model.config.vocab_size)
     if cfg.recheck_only:
-        results = json.loads(RESULTS.read_text())
+        results = json.loads((docs_dir() / "bench" / "fastjev.json").read_text())
         recheck(cfg, methods, questions, results["workloads"])
         results["recheck_command"] = "jetgym-bench-fastjev " + " ".join(sys.argv[1:])
-        if cfg.write_doc:
-            write_results("fastjev", results, render(results))
+        write_results(cfg.output_dir, "fastjev", results, render(results), docs=cfg.docs)
         return results
     results = {"command": "jetgym-bench-fastjev " + " ".join(sys.argv[1:]), "cores": os.cpu_count(),
                "rounds": cfg.rounds, "jet_rounds": cfg.jet_rounds,
@@ -182,9 +182,10 @@ def run_bench(cfg: BenchFastJevConfig) -> dict:
     results["state"] = state_storage()
     if cfg.retention:
         results["retention"] = retention(cfg, loaded)
-    if cfg.write_doc:
-        plot_speedups(workloads, DOCS / "bench" / "fastjev_speedup.png")
-        write_results("fastjev", results, render(results))
+    plot_speedups(workloads, Path(cfg.output_dir) / "fastjev_speedup.png")
+    if cfg.docs:
+        plot_speedups(workloads, docs_dir() / "bench" / "fastjev_speedup.png")
+    write_results(cfg.output_dir, "fastjev", results, render(results), docs=cfg.docs)
     return results
 
 
@@ -233,8 +234,8 @@ def state_storage() -> list[dict]:
     import torch
     from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
-    from scorers.fastjev.segmented import score_segmented
-    from scorers.fastjev.trie import CandidateTrie
+    from jetgym.scorers.fastjev.segmented import score_segmented
+    from jetgym.scorers.fastjev.trie import CandidateTrie
 
     torch.manual_seed(0)
     config = Qwen3_5TextConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
@@ -257,8 +258,8 @@ def state_storage() -> list[dict]:
 
 
 def retention(cfg, loaded) -> list[dict]:
-    from envs.question_sets import load_mmlu
-    from scorers import make_scorer
+    from jetgym.questions.sets import load_mmlu
+    from jetgym.scorers import make_scorer
 
     questions = load_mmlu(subset="per_subject_5")
     rows = []
@@ -344,10 +345,12 @@ def render(r: dict) -> str:
     return "\n".join(lines)
 
 
-@hydra.main(config_path=str(Path(__file__).resolve().parents[1] / "conf"), config_name="bench_fastjev", version_base=None)
+@hydra.main(config_path=CONFIG_PATH, config_name="bench_fastjev", version_base=None)
 def main(cfg) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    print(render(run_bench(OmegaConf.to_object(cfg))))
+    config = OmegaConf.to_object(cfg)
+    config.output_dir = config.output_dir or HydraConfig.get().runtime.output_dir
+    print(render(run_bench(config)))
 
 
 if __name__ == "__main__":

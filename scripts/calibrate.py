@@ -1,7 +1,9 @@
 """`jetgym-calibrate`: rank a model's layers by decision sensitivity on an unlabeled calibration set (FastJEV P).
 
-Writes docs/calibration/<model>.json (model id, J_l, ranking, calibration set description) and
-docs/calibration/<model>_J.png (J_l per layer, log scale, the `highlight_k` pruned layers highlighted).
+Writes <model>.json (model id, J_l, ranking, calibration set description) and <model>_J.png (J_l per layer,
+log scale, the `highlight_k` pruned layers highlighted) into the run folder, and the JSON into the user's
+calibration cache, where `fastjev` finds it (`jetgym.scorers.fastjev.pruning.calibration_path`).
+`publish=true` (source checkout only) also replaces the file shipped with jetgym and the plot in docs/calibration.
 The set is MMLU test questions outside the 285-question evaluation subset; answers are never read.
 """
 
@@ -14,14 +16,15 @@ from typing import Optional
 
 import hydra
 from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
 
-from scripts.config import ModelConfig, PlacementConfig, to_config
+from jetgym.scripts.config import CONFIG_PATH, ModelConfig, PlacementConfig, to_config
 
 
 @dataclass
 class CalibrateConfig:
     """size: calibration questions, evenly spaced over MMLU `all` minus the evaluation subset `exclude_subset`.
-    output_dir: where the file and plot go (null: docs/calibration)."""
+    output_dir: the run folder (null: Hydra's run dir); publish: also update the shipped file (checkout only)."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
     placement: PlacementConfig = field(default_factory=PlacementConfig)
@@ -31,6 +34,7 @@ class CalibrateConfig:
     max_batch_tokens: int = 1024
     highlight_k: int = 6
     output_dir: Optional[str] = None
+    publish: bool = False
 
     def __post_init__(self):
         if self.size < 1:
@@ -44,7 +48,7 @@ ConfigStore.instance().store(name="calibrate_schema", node=CalibrateConfig)
 
 def calibration_questions(size: int, exclude_subset: str = "per_subject_5"):
     """`size` MMLU questions evenly spaced over the items outside `exclude_subset` (deterministic)."""
-    from envs.question_sets import load_mmlu
+    from jetgym.questions.sets import load_mmlu
 
     excluded = {q.id for q in load_mmlu(subset=exclude_subset)}
     pool = [q for q in load_mmlu(subset="all") if q.id not in excluded]
@@ -59,9 +63,12 @@ def calibration_questions(size: int, exclude_subset: str = "per_subject_5"):
 
 def run_calibrate(cfg) -> dict:
     """Calibrate and write the file and plot; returns the record."""
-    from scorers import make_scorer
-    from scorers.fastjev.calibration import calibrate, plot_sensitivity, write_calibration
-    from scorers.fastjev.pruning import CALIBRATION_DIR, slug
+    from jetgym.scorers import make_scorer
+    from jetgym.scorers.fastjev.calibration import calibrate, plot_sensitivity, write_calibration
+    import shutil
+
+    from jetgym.scorers.fastjev.pruning import SHIPPED_CALIBRATIONS, slug, user_calibrations
+    from jetgym.scripts.benchmarks_doc import docs_dir
 
     config: CalibrateConfig = to_config(cfg)
     questions, description = calibration_questions(config.size, config.exclude_subset)
@@ -69,17 +76,27 @@ def run_calibrate(cfg) -> dict:
                          placement={"device": config.placement.device, "dtype": config.placement.dtype},
                          max_batch_tokens=config.max_batch_tokens)
     record = calibrate(scorer, questions, description)
-    out = Path(config.output_dir) if config.output_dir else CALIBRATION_DIR
-    path = write_calibration(record, out / f"{slug(config.model.spec)}.json")
-    plot_sensitivity(record, out / f"{slug(config.model.spec)}_J.png", config.highlight_k)
-    print(f"ranking (least sensitive first): {record['ranking']}; written {path}")
+    out, name = Path(config.output_dir), slug(config.model.spec)
+    path = write_calibration(record, out / f"{name}.json")
+    plot = plot_sensitivity(record, out / f"{name}_J.png", config.highlight_k)
+    targets = [user_calibrations()]
+    if config.publish:
+        targets.append(SHIPPED_CALIBRATIONS)
+        (docs_dir() / "calibration").mkdir(exist_ok=True)
+        shutil.copyfile(plot, docs_dir() / "calibration" / plot.name)
+    for folder in targets:
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, folder / path.name)
+    print(f"ranking (least sensitive first): {record['ranking']}; written {path} and {targets[0] / path.name}")
     return record
 
 
-@hydra.main(config_path=str(Path(__file__).resolve().parents[1] / "conf"), config_name="calibrate", version_base=None)
+@hydra.main(config_path=CONFIG_PATH, config_name="calibrate", version_base=None)
 def main(cfg) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    run_calibrate(cfg)
+    config = to_config(cfg)
+    config.output_dir = config.output_dir or HydraConfig.get().runtime.output_dir
+    run_calibrate(config)
 
 
 if __name__ == "__main__":

@@ -1,27 +1,77 @@
-"""Hydra structured configs for the jobs. Stored in the ConfigStore on import, so a misspelt key in a
-group yaml or on the command line fails at composition. Value checks run in `__post_init__`, i.e.
-when a composed config becomes objects: `to_config(cfg)`.
+"""Hydra structured configs of the jobs, derived from the library's own option dataclasses.
+
+The scorer and placement schemas are generated from `jetgym.scorers` (`ScorerOptions` and its backends,
+`Placement`), so an option is declared once, in the library, and reaches the scorer unchanged. The
+schemas sit in Hydra's ConfigStore on import: a misspelt key fails at composition; value checks run in
+`__post_init__` when a composed config becomes objects (`to_config`), before any model loads.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-from agents import available_agents
-from agents.scoring import PERCEPTIONS, POLICIES
-from envs.question_sets import SUBSETS
-from scorers.placement import DEVICES, DTYPES
-from scorers.prompts import TEMPLATES
-from scorers.registry import check_choice
+from jetgym.agents import available_agents
+from jetgym.agents.scoring import PERCEPTIONS, POLICIES
+from jetgym.questions.sets import SUBSETS
+from jetgym.scorers import available_scorers, option_names
+from jetgym.scorers.base import SCORERS
+from jetgym.scorers.fastjev.options import FastJevOptions
+from jetgym.scorers.jet import JetOptions
+from jetgym.scorers.placement import Placement
+from jetgym.scorers.registry import check_choice
+
+CONFIG_MODULE = "jetgym.conf"
+CONFIG_PATH = f"pkg://{CONFIG_MODULE}"  # for @hydra.main: the configs ship inside the package
 
 
 def _check_positive(what: str, value: int | None) -> None:
     if value is not None and value < 1:
         raise ValueError(f"{what} must be >= 1, got {value}")
+
+
+def _hydra_type(hint: Any) -> Any:
+    """An OmegaConf-typed version of a library type hint (Literal -> str, tuple -> List, X | None -> Optional)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Literal:
+        return type(args[0])
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        return Optional[_hydra_type(inner[0])] if len(inner) == 1 else Any
+    if origin in (tuple, list):
+        return List[_hydra_type(args[0]) if args else Any]
+    if origin is dict:
+        return Dict[str, Any]
+    return hint if hint in (str, int, float, bool) else Any
+
+
+def schema(name: str, sources: list[type], skip: tuple[str, ...] = (), optional: bool = False,
+           extra: list | None = None, post_init=None) -> type:
+    """A mutable dataclass with the fields of the `sources` dataclasses (first wins), for the ConfigStore.
+
+    optional: every field defaults to None ("the library's default"), so the config sets only what a user set."""
+    fields_, seen = list(extra or []), {f[0] for f in extra or []}
+    for source in sources:
+        hints = typing.get_type_hints(source)
+        for f in dataclasses.fields(source):
+            if f.name in skip or f.name in seen:
+                continue
+            seen.add(f.name)
+            kind = _hydra_type(hints[f.name])
+            if optional:
+                fields_.append((f.name, Optional[kind], field(default=None)))
+            elif f.default is not dataclasses.MISSING:
+                fields_.append((f.name, kind, field(default=f.default)))
+            else:
+                fields_.append((f.name, kind, field(default_factory=f.default_factory)))
+    namespace = {"__post_init__": post_init} if post_init else {}
+    return dataclasses.make_dataclass(name, fields_, namespace=namespace)
 
 
 @dataclass
@@ -32,41 +82,36 @@ class ModelConfig:
 
     def __post_init__(self):
         if not self.spec:
-            raise ValueError("model.spec is empty")
+            raise ValueError("model.spec is empty: name an embedded model, a local folder or a hub id")
 
 
-@dataclass
-class PlacementConfig:
-    device: str = "cpu"
-    dtype: str = "float32"
-
-    def __post_init__(self):
-        check_choice("placement.device", self.device, DEVICES)
-        check_choice("placement.dtype", self.dtype, DTYPES)
+def _check_placement(self) -> None:
+    Placement(**dataclasses.asdict(self))
 
 
-@dataclass
-class ScorerConfig:
-    """name: a registered scorer; template: `chat` (model's chat template) or `none` (plain concatenation)."""
+PlacementConfig = schema("PlacementConfig", [Placement], post_init=_check_placement)
 
-    name: str = "jet"
-    schedule: str = "auto"
-    template: str = "chat"
-    max_batch_tokens: int = 1024
-    # fastjev only: T (trie), S (shared anchoring), P (pruning); calibration file for P (null: docs/calibration/).
-    components: Optional[list[str]] = None
-    calibration: Optional[str] = None
-    # jet: generate a reasoning trace once per question and share it with every candidate.
-    reasoning: bool = False
-    reasoning_tokens: int = 128
-    reasoning_temperature: float = 0.0
-    reasoning_seed: int = 0
 
-    def __post_init__(self):
-        check_choice("scorer.template", self.template, TEMPLATES)
-        _check_positive("scorer.max_batch_tokens", self.max_batch_tokens)
-        for component in self.components or ():
-            check_choice("scorer.components entry", str(component), ("T", "S", "P"))
+def scorer_settings(scorer) -> dict:
+    """The options a scorer config sets (None means the scorer's own default)."""
+    return {k: v for k, v in dataclasses.asdict(scorer).items() if k != "name" and v is not None}
+
+
+def _check_scorer(self) -> None:
+    check_choice("scorer.name", self.name, available_scorers())
+    settings = scorer_settings(self)
+    known = option_names(self.name)
+    if known is not None:
+        unknown = sorted(set(settings) - set(known))
+        if unknown:
+            raise ValueError(f"scorer.{unknown[0]} does not apply to scorer={self.name} (its options: "
+                             f"{', '.join(k for k in known if k not in ('model', 'placement'))})")
+        SCORERS.get(self.name).Options(**settings)  # the library's value checks, before any model loads
+
+
+# Every option of every built-in backend, once; each defaults to null (= that backend's default).
+ScorerConfig = schema("ScorerConfig", [JetOptions, FastJevOptions], skip=("model", "placement", "pruning_k"),
+                      optional=True, extra=[("name", str, field(default="jet"))], post_init=_check_scorer)
 
 
 @dataclass
@@ -108,28 +153,32 @@ class QAConfig:
     chunk_size: int = 16
     # prepare (render, tokenize, trace) the next chunk in a worker thread while the current one is scored
     pipeline: bool = True
-    # also write this run's summary into docs/benchmarks.md, as the section `qa-<record>`
+    # also write this run's summary into docs/benchmarks.md (checkout only), as the section `qa-<record>`
     record: Optional[str] = None
 
     def __post_init__(self):
         _check_positive("chunk_size", self.chunk_size)
+        _check_pruning(self)
+
+
+def _check_pruning(config) -> None:
+    if config.pruning.k and "pruning_k" not in (option_names(config.scorer.name) or ()):
+        raise ValueError(f"pruning.k={config.pruning.k} applies to scorers with layer pruning (scorer=fastjev), "
+                         f"not scorer={config.scorer.name}: use pruning=none")
 
 
 @dataclass
 class EnvConfig:
-    """A registered jetgym env id (see `envs.DOOM_IDS`); frame_skip: tics per decision;
-    episode_timeout: episode length in tics (null: the scenario's own; 35 tics = 1 s)."""
+    """id: any registered Gymnasium id (the jetgym ids register when `jetgym.envs` is imported);
+    kwargs: passed to `gymnasium.make` (e.g. a Doom scenario's frame_skip and episode_timeout)."""
 
     id: str = "jetgym/DoomDefendTheCenter-v0"
-    frame_skip: int = 4
-    episode_timeout: Optional[int] = None
+    kwargs: Dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
-        from envs import DOOM_IDS
+        from jetgym.envs import check_env_id
 
-        check_choice("env.id", self.id, tuple(DOOM_IDS))
-        _check_positive("env.frame_skip", self.frame_skip)
-        _check_positive("env.episode_timeout", self.episode_timeout)
+        check_env_id(self.id)
 
 
 AGENT_NAMES = tuple(available_agents())
@@ -161,7 +210,8 @@ class AgentConfig:
 @dataclass
 class EpisodeConfig:
     """The `jetgym-episode` job: `episodes` seeded episodes (seeds seed, seed+1, ...) of `env` played by
-    `agent`. video: write an annotated GIF per episode; output_dir: results folder (null: Hydra's run dir)."""
+    `agent`. video: write an annotated GIF per episode (envs that render `rgb_array`);
+    output_dir: results folder (null: Hydra's run dir)."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
     placement: PlacementConfig = field(default_factory=PlacementConfig)
@@ -178,33 +228,34 @@ class EpisodeConfig:
 
 
 def scorer_options(config: Any) -> dict:
-    """Keyword options for `make_scorer(config.scorer.name, ...)`; fastjev's extras only when set."""
-    scorer = config.scorer
-    options = {
-        "model": config.model.spec,
-        "placement": {"device": config.placement.device, "dtype": config.placement.dtype},
-        "schedule": scorer.schedule,
-        "template": scorer.template,
-        "max_batch_tokens": scorer.max_batch_tokens,
-    }
+    """Keyword options for `make_scorer(config.scorer.name, ...)`: model, placement, every scorer option the
+    config sets, and the pruning budget when there is one."""
+    options = {"model": config.model.spec, "placement": dataclasses.asdict(config.placement),
+               **scorer_settings(config.scorer)}
     pruning = getattr(config, "pruning", None)
-    extras = {
-        "components": list(scorer.components) if scorer.components is not None else None,
-        "calibration": scorer.calibration,
-        "pruning_k": pruning.k if pruning is not None and pruning.k else None,
-    }
-    extras = {key: value for key, value in extras.items() if value is not None}
-    if scorer.reasoning:
-        options.update(reasoning=True, reasoning_tokens=scorer.reasoning_tokens,
-                       reasoning_temperature=scorer.reasoning_temperature, reasoning_seed=scorer.reasoning_seed)
-    if extras and scorer.name != "fastjev":
-        raise ValueError(f"{', '.join(sorted(extras))} apply to scorer=fastjev only, not scorer={scorer.name}")
-    return {**options, **extras}
+    if pruning is not None and pruning.k:
+        options["pruning_k"] = pruning.k
+    return options
+
+
+def build_scorer(config: Any):
+    """The scorer a composed job config describes."""
+    from jetgym.scorers import make_scorer
+
+    return make_scorer(config.scorer.name, **scorer_options(config))
 
 
 def to_config(cfg: Any) -> Any:
     """A composed DictConfig -> its dataclass instance (runs the `__post_init__` checks)."""
     return OmegaConf.to_object(cfg) if OmegaConf.is_config(cfg) else cfg
+
+
+def compose(job: str, overrides=()) -> Any:
+    """Compose the job's config from the shipped configs (for tests, benchmarks and notebooks)."""
+    from hydra import compose as hydra_compose, initialize_config_module
+
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base=None):
+        return hydra_compose(job, overrides=list(overrides))
 
 
 def register_configs() -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -19,66 +18,91 @@ from typing import Any
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
-from tqdm import tqdm
 
-from scripts.config import EpisodeConfig, to_config
+from jetgym.scripts.config import CONFIG_PATH, EpisodeConfig, build_scorer, to_config
 
 STEPS = "steps.jsonl"
 EPISODES = "episodes.jsonl"
 SUMMARY = "summary.json"
 REPORT = "report.md"
-CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
 
-def make_env(config: EpisodeConfig):
-    """The configured env with `CandidateActions` on top."""
+def make_env(config: EpisodeConfig, render: bool = False):
+    """The configured env (any registered id, with `env.kwargs`) with `CandidateActions` on top.
+    render: ask for `rgb_array` frames when the env offers them (for the GIFs)."""
     import gymnasium as gym
 
-    import envs  # noqa: F401  (registers the ids)
-    from envs.candidates import CandidateActions
+    import jetgym.envs  # noqa: F401  (registers the jetgym ids)
+    from jetgym.envs.candidates import CandidateActions
 
-    env = gym.make(config.env.id, frame_skip=config.env.frame_skip, episode_timeout=config.env.episode_timeout)
-    return CandidateActions(env)
+    kwargs = dict(config.env.kwargs)
+    if render and "render_mode" not in kwargs and "rgb_array" in _render_modes(config.env.id):
+        kwargs["render_mode"] = "rgb_array"
+    return CandidateActions(gym.make(config.env.id, **kwargs))
 
 
-def build_scorer(config: EpisodeConfig):
-    from scorers import make_scorer
+def _render_modes(env_id: str) -> list[str]:
+    import gymnasium as gym
 
-    return make_scorer(
-        config.scorer.name, model=config.model.spec,
-        placement={"device": config.placement.device, "dtype": config.placement.dtype},
-        schedule=config.scorer.schedule, template=config.scorer.template, max_batch_tokens=config.scorer.max_batch_tokens,
-    )
+    entry = gym.registry[env_id].entry_point
+    cls = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+    return list(getattr(cls, "metadata", {}).get("render_modes", []))
 
 
 def build_agent(config: EpisodeConfig, task: str, scorer=None):
     """The configured agent; `scorer` is built from the config when the agent needs one and none is given."""
-    from agents import make_agent
+    from dataclasses import asdict
+
+    from jetgym.agents import make_agent
 
     if config.agent.name != "scorer":
         return make_agent(config.agent.name), None
     scorer = build_scorer(config) if scorer is None else scorer
-    a = config.agent
-    agent = make_agent("scorer", scorer=scorer, task=task, memory=a.memory, perception=a.perception,
-                       policy=a.policy, temperature=a.temperature, screenshot=a.screenshot)
-    return agent, scorer
+    options = {key: value for key, value in asdict(config.agent).items() if key != "name"}
+    return make_agent("scorer", scorer=scorer, task=task, **options), scorer
 
 
 def run_episodes(cfg: Any, output_dir: str | os.PathLike | None = None, scorer=None, quiet: bool = False) -> dict:
-    """Play `cfg.episodes` episodes (seeds cfg.seed, cfg.seed+1, ...) into `output_dir`; return the summary."""
+    """Play `cfg.episodes` episodes (seeds cfg.seed, cfg.seed+1, ...) into `output_dir`; return the summary.
+
+    A folder that already holds episode results is refused (nothing is deleted or mixed)."""
+    from jetgym.agents import rollout
+    from jetgym.scripts.episode_video import annotate, end_lines, step_lines, write_gif
+
     config: EpisodeConfig = to_config(cfg)
     if not (output_dir or config.output_dir):
         raise ValueError("run_episodes needs an output folder: set output_dir")
     out = Path(output_dir or config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    for name in (STEPS, EPISODES):
-        (out / name).unlink(missing_ok=True)
-    env = make_env(config)
+    existing = [name for name in (STEPS, EPISODES, SUMMARY) if (out / name).exists()]
+    if existing:
+        raise FileExistsError(f"{out} already holds episode results ({', '.join(existing)}); "
+                              f"choose a new output_dir (nothing was overwritten)")
+    env = make_env(config, render=config.video)
+    frames: list = []
+    fps = env.metadata.get("render_fps") or 30
+
+    def on_step(row: dict, frame) -> None:
+        with open(out / STEPS, "a", encoding="utf-8") as sink:
+            sink.write(json.dumps(row, sort_keys=True) + "\n")
+        if frame is not None:
+            probs = row["probs"] or {}
+            frames.append(annotate(frame, step_lines(row["step"], row["text"], row["reward"], row["return"],
+                                                     list(probs), list(probs.values()) or None)))
+
+    def on_end(episode: dict, frame) -> None:
+        episode["video"] = None
+        if frames:
+            if frame is not None:
+                frames.append(annotate(frame, end_lines(episode)))
+            episode["video"] = write_gif(frames, out / f"episode_{episode['episode']:03d}.gif", fps=fps).name
+            frames.clear()
+        with open(out / EPISODES, "a", encoding="utf-8") as sink:
+            sink.write(json.dumps(episode, sort_keys=True) + "\n")
+
     try:
-        agent, scorer = build_agent(config, env.unwrapped.briefing, scorer)
-        episodes = []
-        for number in tqdm(range(config.episodes), desc="episodes", unit="ep", disable=quiet or config.episodes == 1):
-            episodes.append(play_episode(env, agent, config, number, out, quiet))
+        agent, scorer = build_agent(config, getattr(env.unwrapped, "task", ""), scorer)
+        episodes = rollout(env, agent, config.episodes, config.seed, on_step, on_end, progress=not quiet)
     finally:
         env.close()
     summary = summarize(episodes, config, None if scorer is None else scorer.describe())
@@ -91,58 +115,6 @@ def run_episodes(cfg: Any, output_dir: str | os.PathLike | None = None, scorer=N
             if row["video"]:
                 print(f"video: {(out / row['video']).resolve()}")
     return summary
-
-
-def play_episode(env, agent, config: EpisodeConfig, number: int, out: Path, quiet: bool = False) -> dict:
-    """One seeded episode; appends its steps to steps.jsonl and its summary to episodes.jsonl."""
-    from scripts.episode_video import annotate, step_lines, write_gif
-
-    seed = config.seed + number
-    started = time.monotonic()
-    obs, info = env.reset(seed=seed)
-    agent.reset(seed)
-    candidates = info["candidates"]
-    total, step, thinking, frames, rows = 0.0, 0, 0.0, [], []
-    terminated = truncated = False
-    bar = tqdm(desc=f"episode {number}", unit="step", disable=quiet, leave=False)
-    while not (terminated or truncated):
-        tick = time.monotonic()
-        act = agent.act(obs, candidates)
-        thinking += time.monotonic() - tick
-        seen = {name: int(value) for name, value in obs["status"].items()}
-        screen = obs["screen"]
-        obs, reward, terminated, truncated, info = env.step(act.action)
-        candidates = info["candidates"]
-        total += float(reward)
-        rows.append({
-            "episode": number, "seed": seed, "step": step, "action": act.label, "text": act.text,
-            "probs": None if act.probs is None else dict(zip(candidates.labels, act.probs)),
-            "status": seen, "reward": float(reward), "return": total,
-            "terminated": bool(terminated), "truncated": bool(truncated),
-        })
-        if config.video:
-            frames.append(annotate(screen, step_lines(step, act.text, float(reward), total, candidates.texts, act.probs)))
-        step += 1
-        bar.update()
-    bar.close()
-    end = info.get("truncated_reason") or info.get("terminated_reason") or "unknown"
-    video = None
-    if config.video:
-        frames.append(annotate(obs["screen"], [f"end after {step} steps: {end}", f"return {total:+g}"]))
-        video = write_gif(frames, out / f"episode_{number:03d}.gif", fps=35 / config.env.frame_skip).name
-    with open(out / STEPS, "a", encoding="utf-8") as sink:
-        sink.write("".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
-    final = {name: int(value) for name, value in obs["status"].items()}
-    episode = {
-        "episode": number, "seed": seed, "return": total, "length": step, "kills": final.get("kills"),
-        "final_status": final, "end": end, "terminated": bool(terminated), "truncated": bool(truncated),
-        "engine_restarts": info.get("engine_restarts", 0), "decision_seconds": round(thinking, 4),
-        "decisions_per_second": step / thinking if thinking > 0 else None,
-        "wall_seconds": round(time.monotonic() - started, 4), "video": video,
-    }
-    with open(out / EPISODES, "a", encoding="utf-8") as sink:
-        sink.write(json.dumps(episode, sort_keys=True) + "\n")
-    return episode
 
 
 def summarize(episodes: list[dict], config: EpisodeConfig, scorer_options: dict | None) -> dict:
@@ -170,13 +142,13 @@ def render_report(summary: dict) -> str:
         "| episodes | mean return | std | mean length | mean kills | decisions/s | ends |\n|---|---|---|---|---|---|---|\n"
         f"| {summary['episodes']} | {summary['mean_return']:.2f} | {summary['std_return']:.2f} | {summary['mean_length']:.1f} "
         f"| {kills} | {rate} | {', '.join(f'{k}: {v}' for k, v in summary['ends'].items())} |\n\n"
-        f"Seeds {summary['seed']}..{summary['seed'] + summary['episodes'] - 1}; frame skip {summary['env']['frame_skip']}, "
-        f"episode timeout {summary['env']['episode_timeout'] or 'scenario default'} tics. Decisions/s counts the agent's "
-        "time only (question, scoring, choice), not the engine.\n"
+        f"Seeds {summary['seed']}..{summary['seed'] + summary['episodes'] - 1}; env options "
+        f"{json.dumps(summary['env']['kwargs'], sort_keys=True)}. Decisions/s counts the agent's "
+        "time only (question, scoring, choice), not the env.\n"
     )
 
 
-@hydra.main(config_path=CONF_DIR, config_name="episode", version_base=None)
+@hydra.main(config_path=CONFIG_PATH, config_name="episode", version_base=None)
 def main(cfg: DictConfig) -> None:
     """Console entry: `jetgym-episode key=value ...`."""
     run_episodes(cfg, output_dir=HydraConfig.get().runtime.output_dir)

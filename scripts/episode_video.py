@@ -32,6 +32,11 @@ def step_lines(step: int, text: str, reward: float, total: float, texts: Sequenc
     return lines
 
 
+def end_lines(episode: dict) -> list[str]:
+    """Panel text of the last frame: how the episode ended and its return."""
+    return [f"end after {episode['length']} steps: {episode['end']}", f"return {episode['return']:+g}"]
+
+
 def write_gif(frames: Sequence[np.ndarray], path: str | Path, fps: float) -> Path:
     from PIL import Image
 

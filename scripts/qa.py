@@ -36,17 +36,14 @@ from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from envs.question_sets import load_question_set  # noqa: E402
-from scorers import make_scorer  # noqa: E402
-from scripts.benchmarks_doc import write_section  # noqa: E402
-from scripts.config import QAConfig, scorer_options, to_config  # noqa: E402
+from jetgym.questions.sets import load_question_set  # noqa: E402
+from jetgym.scripts.benchmarks_doc import write_section  # noqa: E402
+from jetgym.scripts.config import CONFIG_PATH, QAConfig, build_scorer, to_config  # noqa: E402
 
 RESPONSES = "responses.jsonl"
 SUMMARY = "summary.json"
 REPORT = "report.md"
 RUN = "run.json"
-# Absolute, so the console script finds it too (a relative path would make Hydra look for a `conf` module).
-CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
 
 def run_qa(cfg: Any, output_dir: str | os.PathLike | None = None, started: float | None = None) -> dict:
@@ -70,7 +67,7 @@ def run_qa(cfg: Any, output_dir: str | os.PathLike | None = None, started: float
         )
     pending = [q for q in questions if q.id not in done]
 
-    scorer = make_scorer(config.scorer.name, **scorer_options(config))
+    scorer = build_scorer(config)
     chunks = [pending[start : start + config.chunk_size] for start in range(0, len(pending), config.chunk_size)]
     with open(out / RESPONSES, "a", encoding="utf-8") as sink, tqdm(
         total=len(questions), initial=len(questions) - len(pending), unit="q", desc="scoring"
@@ -96,9 +93,9 @@ def run_qa(cfg: Any, output_dir: str | os.PathLike | None = None, started: float
 
 
 def decide_chunks(scorer, chunks: list, pipeline: bool) -> Iterator[list]:
-    """Decisions chunk by chunk. With `pipeline` (and a scorer that splits `prepare`/`score`), one
-    persistent worker prepares the next chunk while the current one is scored: at most one chunk ahead."""
-    if not (pipeline and hasattr(scorer, "prepare")):
+    """Decisions chunk by chunk. With `pipeline`, one persistent worker prepares (`Scorer.prepare`) the next
+    chunk while the current one is scored (`Scorer.score`): at most one chunk ahead."""
+    if not pipeline:
         for chunk in chunks:
             yield scorer.decide_many(chunk)
         return
@@ -216,7 +213,7 @@ def render_report(summary: dict) -> str:
     )
 
 
-@hydra.main(config_path=CONF_DIR, config_name="qa", version_base=None)
+@hydra.main(config_path=CONFIG_PATH, config_name="qa", version_base=None)
 def main(cfg: DictConfig) -> None:
     """Console entry: `jetgym-qa key=value ...`."""
     run_qa(cfg, output_dir=HydraConfig.get().runtime.output_dir, started=PROCESS_START)

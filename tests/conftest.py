@@ -10,9 +10,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 
-from scorers import available_scorers, register_scorer
-from scorers.decision import make_decision
-from scorers.types import Usage
+from jetgym.scorers import ScorerBase, available_scorers, register_scorer
+from jetgym.scorers.decision import make_decision
+from jetgym.scorers.types import Usage
 
 
 def fake_logprob(context: str, candidate: str) -> float:
@@ -20,16 +20,20 @@ def fake_logprob(context: str, candidate: str) -> float:
     return -(zlib.crc32(f"{context}|{candidate}".encode()) % 1000) / 100
 
 
-class FakeScorer:
+class FakeScorer(ScorerBase):
     """Scores by `fake_logprob`; counts scored questions in `calls` and can fail after `fail_after`."""
 
+    name = "fake"
     calls = 0
     fail_after: int | None = None
 
     def __init__(self, **options):
         self.options = options
 
-    def decide_many(self, questions):
+    def prepare(self, questions):
+        return list(questions)
+
+    def score(self, questions):
         decisions = []
         for question in questions:
             if FakeScorer.fail_after is not None and FakeScorer.calls >= FakeScorer.fail_after:

@@ -10,11 +10,11 @@ import pytest
 gym = pytest.importorskip("gymnasium")
 pytest.importorskip("cv2")
 
-from agents import available_agents, make_agent  # noqa: E402
-from agents.perception import describe, find_blobs  # noqa: E402
-from agents.prompt import QUESTION, recent_text, status_text  # noqa: E402
-from envs.candidates import CandidateActions, CandidateSet  # noqa: E402
-from scorers import make_scorer  # noqa: E402
+from jetgym.agents import available_agents, make_agent  # noqa: E402
+from jetgym.agents.perception import describe, find_blobs  # noqa: E402
+from jetgym.agents.prompt import QUESTION, recent_text, status_text  # noqa: E402
+from jetgym.envs.candidates import CandidateActions, CandidateSet  # noqa: E402
+from jetgym.scorers import make_scorer  # noqa: E402
 
 
 class Counter(gym.Env):
@@ -131,12 +131,12 @@ def test_question_holds_only_what_screen_and_status_show(fake_scorer):
 
 def test_question_from_a_live_env_matches_its_observation():
     pytest.importorskip("vizdoom")
-    from envs.vizdoom import DoomEnv
+    from jetgym.envs.vizdoom import DoomEnv
 
     env = CandidateActions(DoomEnv("defend_the_center", episode_timeout=40))
     try:
         obs, info = env.reset(seed=4)
-        agent = make_agent("scorer", scorer=make_scorer("fake"), task=env.unwrapped.briefing)
+        agent = make_agent("scorer", scorer=make_scorer("fake"), task=env.unwrapped.task)
         agent.reset(4)
         text = agent.question(obs, info["candidates"]).context
         assert text.split("\n")[1] == status_text(obs["status"]) and text.split("\n")[2] == describe(obs["screen"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.resources
 import itertools
 import shutil
 from pathlib import Path
@@ -10,9 +12,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 
-from scripts.config import EpisodeConfig, QAConfig, to_config
+from jetgym.scripts.config import EpisodeConfig, QAConfig, ScorerConfig, scorer_options, to_config
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(str(importlib.resources.files("jetgym.conf")))
 JOBS = {"qa": (QAConfig, ("model", "scorer", "placement", "dataset", "pruning")), "episode": (EpisodeConfig, ("model", "scorer", "placement"))}
 
 
@@ -33,6 +35,10 @@ def compose_job(job: str, overrides=(), conf: Path = CONF, hydra_config: bool = 
 
 @pytest.mark.parametrize("job,overrides", list(combinations()), ids=lambda v: v if isinstance(v, str) else ",".join(v))
 def test_every_config_composes(job, overrides):
+    if "scorer=jet" in overrides and "pruning=budget" in overrides:  # layer pruning is fastjev's
+        with pytest.raises(ValueError, match="pruning.k=6 applies to scorers with layer pruning"):
+            to_config(compose_job(job, overrides))
+        return
     config = to_config(compose_job(job, overrides))
     assert isinstance(config, JOBS[job][0])
     for override in overrides:
@@ -54,7 +60,7 @@ def test_qa_defaults():
     assert (config.dataset.name, config.dataset.subset) == ("mmlu", "per_subject_5")
     assert (config.placement.device, config.placement.dtype) == ("cpu", "float32")
     assert to_config(compose_job("qa", ["placement=cuda"])).placement.dtype == "bfloat16"
-    assert to_config(compose_job("episode")).scorer.template == "chat"
+    assert to_config(compose_job("episode")).scorer.template is None  # null: the scorer's default (chat)
 
 
 def test_run_dir_follows_output_dir(tmp_path):
@@ -88,8 +94,10 @@ def test_misspelt_key_in_group_yaml_fails(tmp_path):
     [
         ("placement.dtype=float8", "unknown placement.dtype 'float8'"),
         ("placement.device=tpu", "unknown placement.device 'tpu'"),
-        ("scorer.template=plain", "unknown scorer.template 'plain'"),
-        ("scorer.max_batch_tokens=0", "scorer.max_batch_tokens must be >= 1"),
+        ("scorer.template=plain", "unknown template 'plain'"),
+        ("scorer.max_batch_tokens=0", "max_batch_tokens must be at least 1"),
+        ("scorer.name=jett", "unknown scorer.name 'jett'"),
+        ("scorer.components=[T]", r"scorer.components does not apply to scorer=jet \(its options: schedule, template"),
         ("dataset.limit=0", "dataset.limit must be >= 1"),
         ("dataset.subset=half", "unknown dataset.subset 'half'"),
         ("chunk_size=0", "chunk_size must be >= 1"),
@@ -107,16 +115,46 @@ def test_wrong_type_fails_at_composition():
 
 
 def test_fastjev_ablation_overrides_compose():
-    from scripts.config import scorer_options
-
     config = to_config(compose_job("qa", ["scorer=fastjev", "scorer.components=[T,S,P]", "pruning=budget", "pruning.k=4"]))
     assert (config.scorer.components, config.pruning.k) == (["T", "S", "P"], 4)
     options = scorer_options(config)
     assert (options["components"], options["pruning_k"]) == (["T", "S", "P"], 4)
     assert to_config(compose_job("qa", ["scorer=fastjev", "scorer.components=[S,P]"])).scorer.components == ["S", "P"]
-    with pytest.raises(ValueError, match="unknown scorer.components entry 'X'"):
+    with pytest.raises(ValueError, match="unknown fastjev component 'X'"):
         to_config(compose_job("qa", ["scorer=fastjev", "scorer.components=[T,X]"]))
     with pytest.raises(ValueError, match="pruning.k must be >= 0"):
         to_config(compose_job("qa", ["pruning=budget", "pruning.k=-1"]))
-    with pytest.raises(ValueError, match="apply to scorer=fastjev only"):
-        scorer_options(to_config(compose_job("qa", ["scorer=jet", "pruning=budget"])))
+    with pytest.raises(ValueError, match="pruning.k=6 applies to scorers with layer pruning .*use pruning=none"):
+        to_config(compose_job("qa", ["scorer=jet", "pruning=budget"]))
+
+
+# A value different from each option's default, as a command-line override and as the option value it becomes.
+OVERRIDES = {
+    "schedule": ("packed", "packed"), "template": ("none", "none"), "max_batch_tokens": ("77", 77),
+    "binary_texts": ("[no,yes]", ("no", "yes")), "reasoning": ("true", True), "reasoning_tokens": ("9", 9),
+    "reasoning_temperature": ("0.5", 0.5), "reasoning_seed": ("3", 3), "reasoning_suffix": ("'Final answer:'", "Final answer:"),
+    "components": ("[S,P]", ("S", "P")), "calibration": ("/tmp/c.json", "/tmp/c.json"),
+    "call_overhead_tokens": ("5.0", 5.0),
+}
+
+
+@pytest.mark.parametrize("option", [f.name for f in dataclasses.fields(ScorerConfig) if f.name != "name"])
+@pytest.mark.parametrize("job", ["qa", "episode"])
+def test_every_scorer_option_reaches_the_scorer(job, option):
+    """Set on the command line, each option arrives in the backend's own options object (nothing dropped)."""
+    from jetgym.scorers.base import SCORERS
+
+    override, expected = OVERRIDES[option]
+    name = "jet" if option in [f.name for f in dataclasses.fields(SCORERS.get("jet").Options)] else "fastjev"
+    config = to_config(compose_job(job, [f"scorer={name}", f"scorer.{option}={override}"]))
+    options = scorer_options(config)
+    built = SCORERS.get(name).Options(**options)
+    assert getattr(built, option) == expected
+    assert built.model == "smollm2-135m-instruct" and built.placement.device == "cpu"
+
+
+def test_pruning_budget_reaches_fastjev():
+    from jetgym.scorers.fastjev import FastJevOptions
+
+    options = scorer_options(to_config(compose_job("qa", ["scorer=fastjev", "pruning=budget", "pruning.k=3"])))
+    assert FastJevOptions(**options).pruning_k == 3

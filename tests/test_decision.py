@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from scorers import Question, Usage
-from scorers.decision import make_decision
+from jetgym.scorers import Question, Usage
+from jetgym.scorers.decision import make_decision
 
 
 def decide(question, logprobs):

@@ -7,25 +7,19 @@ import json
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 
 pytest.importorskip("vizdoom")
 pytest.importorskip("gymnasium")
 
-from scripts.config import EpisodeConfig, to_config  # noqa: E402
-from scripts.episode import EPISODES, STEPS, SUMMARY, REPORT, run_episodes  # noqa: E402
+from jetgym.scripts.config import EpisodeConfig, compose, to_config  # noqa: E402
+from jetgym.scripts.episode import EPISODES, STEPS, SUMMARY, REPORT, run_episodes  # noqa: E402
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
-
-
-def options(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+from test_configs import options  # noqa: E402
 
 
 def compose_episode(overrides=()):
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        return compose("episode", overrides=list(overrides))
+    return compose("episode", overrides)
 
 
 def test_groups():
@@ -43,15 +37,14 @@ def test_every_env_agent_pair_composes(env, agent):
 def test_defaults():
     config = to_config(compose_episode())
     assert (config.env.id, config.agent.name, config.agent.perception) == ("jetgym/DoomDefendTheCenter-v0", "scorer", "describe")
-    assert config.scorer.template == "chat" and config.model.spec == "smollm2-135m-instruct"
+    assert config.scorer.template is None and config.model.spec == "smollm2-135m-instruct"  # the scorer's own: chat
+    assert config.env.kwargs == {"frame_skip": 4, "episode_timeout": None}
 
 
 @pytest.mark.parametrize(
     "override,message",
     [
-        ("env.id=jetgym/DoomDefendTheCentre-v0", "unknown env.id 'jetgym/DoomDefendTheCentre-v0'; known: jetgym/DoomDefendTheCenter-v0"),
-        ("env.frame_skip=0", "env.frame_skip must be >= 1"),
-        ("env.episode_timeout=0", "env.episode_timeout must be >= 1"),
+        ("env.id=jetgym/DoomDefendTheCentre-v0", "unknown env.id 'jetgym/DoomDefendTheCentre-v0': not a registered Gymnasium id. Did you mean 'jetgym/DoomDefendTheCenter-v0'"),
         ("agent.name=smart", "unknown agent.name 'smart'; known: random, scorer, scripted"),
         ("agent.perception=vision", "unknown agent.perception 'vision'"),
         ("agent.policy=greedy", "unknown agent.policy 'greedy'"),
@@ -65,7 +58,7 @@ def test_bad_values_fail_validation(override, message):
         to_config(compose_episode([override]))
 
 
-@pytest.mark.parametrize("override", ["env.frame_skp=2", "agent.memroy=3", "env=defend_the_centre", "agent=smart"])
+@pytest.mark.parametrize("override", ["env.frame_skp=2", "env.kwarg.frame_skip=2", "agent.memroy=3", "env=defend_the_centre", "agent=smart"])
 def test_misspelt_keys_and_groups_fail_at_composition(override):
     with pytest.raises(ConfigCompositionException):
         compose_episode([override])
@@ -73,7 +66,7 @@ def test_misspelt_keys_and_groups_fail_at_composition(override):
 
 def short_run(tmp_path: Path, name: str, *overrides: str) -> Path:
     out = tmp_path / name
-    cfg = compose_episode(["env.episode_timeout=48", "episodes=2", "seed=7", f"output_dir={out}", *overrides])
+    cfg = compose_episode(["env.kwargs.episode_timeout=48", "episodes=2", "seed=7", f"output_dir={out}", *overrides])
     run_episodes(cfg, quiet=True)
     return out
 
@@ -118,8 +111,16 @@ def test_output_dir_required():
 def test_embedded_model_plays_a_few_steps(tmp_path):
     """The real embedded model: a distribution over all nine controls at every step."""
     out = tmp_path / "real"
-    summary = run_episodes(compose_episode(["env.episode_timeout=12", f"output_dir={out}"]), quiet=True)
+    summary = run_episodes(compose_episode(["env.kwargs.episode_timeout=12", f"output_dir={out}"]), quiet=True)
     rows = [json.loads(line) for line in (out / STEPS).read_text().splitlines()]
     assert summary["decisions"] == len(rows) == 3
     assert all(len(r["probs"]) == 9 and abs(sum(r["probs"].values()) - 1) < 1e-6 for r in rows)
     assert summary["scorer"]["scorer"] == "jet"
+
+
+def test_rerun_into_a_folder_with_results_is_refused(tmp_path, fake_scorer):
+    out = short_run(tmp_path, "once", "scorer.name=fake", "video=false")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(FileExistsError, match="already holds episode results .*choose a new output_dir"):
+        short_run(tmp_path, "once", "scorer.name=fake", "video=false")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from scorers import execution
+from jetgym.scorers import execution
 from tiny_models import random_question, tiny_llama, tiny_qwen3
 
 TOLERANCE = 1e-4

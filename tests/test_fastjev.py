@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from scorers import execution
-from scorers.fastjev.options import FastJevOptions, parse_components
-from scorers.fastjev.trie import CandidateTrie
+from jetgym.scorers import execution
+from jetgym.scorers.fastjev.options import FastJevOptions, parse_components
+from jetgym.scorers.fastjev.trie import CandidateTrie
 from tiny_models import VOCAB, random_question, shared_question, tiny_llama, tiny_qwen3, tiny_qwen35_hybrid
 
 TOLERANCE = 1e-4
@@ -38,7 +38,7 @@ def questions(seed: int, n: int = 5):
 
 
 def test_segmented_trie_and_flat_equal_independent(any_model):
-    from scorers.fastjev.segmented import score_segmented
+    from jetgym.scorers.fastjev.segmented import score_segmented
 
     _, model = any_model
     for i, question in enumerate(questions(5, 3)):
@@ -53,7 +53,7 @@ def test_segmented_trie_and_flat_equal_independent(any_model):
 
 @pytest.mark.parametrize("name", sorted(ATTENTION))
 def test_packed_trie_equals_independent(name):
-    from scorers.fastjev.packed import score_packed_many
+    from jetgym.scorers.fastjev.packed import score_packed_many
 
     model = ATTENTION[name]()
     qs = questions(3, 8)
@@ -69,8 +69,8 @@ def test_tree_attention_equals_dense_mask(block):
     import torch
     import torch.nn.functional as F
 
-    from scorers.fastjev.blocks import padded_pairs
-    from scorers.fastjev.tree_attention import build_layout, tree_attention_forward
+    from jetgym.scorers.fastjev.blocks import padded_pairs
+    from jetgym.scorers.fastjev.tree_attention import build_layout, tree_attention_forward
 
     rng = random.Random(block)
     parents = [-1]
@@ -101,7 +101,7 @@ def test_grouped_sdpa_equals_transformers_sdpa():
     import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    from scorers.fastjev.attention import grouped_sdpa_forward
+    from jetgym.scorers.fastjev.attention import grouped_sdpa_forward
 
     generator = torch.Generator().manual_seed(0)
     query = torch.randn(4, 6, 5, 8, generator=generator)
@@ -120,7 +120,7 @@ def test_grouped_sdpa_equals_transformers_sdpa():
 def test_tree_attention_refuses_missing_layout_and_softcap():
     import torch
 
-    from scorers.fastjev.tree_attention import build_layout, tree_attention_forward
+    from jetgym.scorers.fastjev.tree_attention import build_layout, tree_attention_forward
 
     x = torch.zeros(1, 1, 2, 4)
     with pytest.raises(RuntimeError, match="needs a tree_layout"):
@@ -132,8 +132,8 @@ def test_tree_attention_refuses_missing_layout_and_softcap():
 @pytest.mark.parametrize("name", sorted(ATTENTION))
 def test_packed_and_segmented_prune_alike(name):
     """P acts the same in every schedule: the prefix runs all layers, candidate paths skip the mask."""
-    from scorers.fastjev.packed import score_packed_many
-    from scorers.fastjev.segmented import score_segmented
+    from jetgym.scorers.fastjev.packed import score_packed_many
+    from jetgym.scorers.fastjev.segmented import score_segmented
 
     model = ATTENTION[name]()
     for q in questions(4, 4):
@@ -150,7 +150,7 @@ def test_packed_and_segmented_prune_alike(name):
 
 def test_pruned_hybrid_keeps_prefix_full():
     """On a hybrid model, skipping a layer in candidate paths only: single-token candidates keep their scores."""
-    from scorers.fastjev.segmented import score_segmented
+    from jetgym.scorers.fastjev.segmented import score_segmented
 
     model = tiny_qwen35_hybrid()
     q = random_question(random.Random(9))
@@ -195,7 +195,7 @@ def test_trie_keys_include_parent_and_segments_end_at_forks():
 
 
 def test_s_reduces_peak_live_state_on_hybrid():
-    from scorers.fastjev.segmented import score_segmented
+    from jetgym.scorers.fastjev.segmented import score_segmented
 
     model = tiny_qwen35_hybrid()
     q = shared_question(random.Random(1), 8, 10, 0.5, levels=2)
@@ -213,8 +213,8 @@ def test_s_reduces_peak_live_state_on_hybrid():
 def test_tree_attention_unsupported_models_never_run_packed():
     from transformers import Gemma2Config, LlamaConfig, Qwen3Config, Qwen3ForCausalLM
 
-    from scorers import Question, make_scorer
-    from scorers.fastjev.tree_attention import unsupported_reason
+    from jetgym.scorers import Question, make_scorer
+    from jetgym.scorers.fastjev.tree_attention import unsupported_reason
 
     assert unsupported_reason(LlamaConfig()) is None
     assert unsupported_reason(Qwen3Config()) is None  # sliding_window set but unused: every layer full
@@ -248,14 +248,14 @@ class CharTokenizer:
 
 
 def tiny_scorer(kind="attention", **options):
-    from scorers import make_scorer
+    from jetgym.scorers import make_scorer
 
     model = tiny_llama() if kind == "attention" else tiny_qwen35_hybrid()
     return make_scorer("fastjev", model=TinyLoaded(model, kind), template="none", **options)
 
 
 def mmlu_like(n=6, seed=0):
-    from scorers import Question
+    from jetgym.scorers import Question
 
     rng = random.Random(seed)
     words = ["alpha beta", "alpha gamma", "the quick fox", "the quick dog", "zeta", "the slow fox"]
@@ -269,7 +269,7 @@ SCORER_CASES = [("attention", c, s) for s in ("auto", "segmented", "packed") for
 
 @pytest.mark.parametrize("kind,components,schedule", SCORER_CASES)
 def test_scorer_components_equal_jet_independent(kind, components, schedule):
-    from scorers import make_scorer
+    from jetgym.scorers import make_scorer
 
     if schedule == "packed" and kind == "hybrid":
         with pytest.raises(ValueError, match="needs an attention-only model"):
@@ -292,7 +292,7 @@ def test_k0_equals_no_pruning(tmp_path):
 
 
 def test_duplicates_stay_separate_entries():
-    from scorers import Question
+    from jetgym.scorers import Question
 
     scorer = tiny_scorer()
     d = scorer.decide(Question("pick", ("same", "other", "same")))
@@ -354,7 +354,7 @@ class NoLabels:
 
 @pytest.mark.parametrize("kind", ["attention", "hybrid"])
 def test_calibration_deterministic_and_label_free(kind):
-    from scorers.fastjev.calibration import calibrate
+    from jetgym.scorers.fastjev.calibration import calibrate
 
     scorer = tiny_scorer(kind)
     qs = [NoLabels(q.context, q.candidates) for q in mmlu_like(4, 2)]
@@ -367,7 +367,7 @@ def test_calibration_deterministic_and_label_free(kind):
 
 
 def test_sensitivity_formula():
-    from scorers.fastjev.calibration import sensitivity
+    from jetgym.scorers.fastjev.calibration import sensitivity
 
     assert sensitivity([1.0, 2.0, 3.0], [2.0, 3.0, 4.0]) == 0.0  # a common shift changes nothing
     assert sensitivity([1.0, 1.0], [1.0, 2.0]) == pytest.approx(0.5 / 1e-8)  # eps guards a flat z
@@ -375,7 +375,7 @@ def test_sensitivity_formula():
 
 
 def test_calibration_plot_and_file(tmp_path):
-    from scorers.fastjev.calibration import plot_sensitivity, write_calibration
+    from jetgym.scorers.fastjev.calibration import plot_sensitivity, write_calibration
 
     record = {"model": "tiny", "layers": 3, "J": [0.2, 0.05, 1.0], "ranking": [1, 0, 2], "questions": 2}
     assert write_calibration(record, tmp_path / "c.json").exists()
@@ -385,6 +385,6 @@ def test_calibration_plot_and_file(tmp_path):
 def test_import_scorers_stays_torch_free():
     import subprocess
 
-    code = "import sys, scorers; assert 'fastjev' in scorers.available_scorers(); print('torch' in sys.modules)"
+    code = "import sys, jetgym.scorers as scorers; assert 'fastjev' in scorers.available_scorers(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

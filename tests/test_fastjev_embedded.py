@@ -5,8 +5,8 @@ import pytest
 
 @pytest.mark.slow
 def test_fastjev_equals_jet_on_mmlu():
-    from envs.question_sets import load_mmlu
-    from scorers import make_scorer
+    from jetgym.questions.sets import load_mmlu
+    from jetgym.scorers import make_scorer
 
     questions = load_mmlu(subset="per_subject_5", limit=6)
     fast = make_scorer("fastjev", template="none", components=["T", "S"])

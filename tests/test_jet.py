@@ -2,8 +2,8 @@
 
 import pytest
 
-from scorers import Question, make_scorer
-from scorers.models import ModelNotFoundError, architecture_kind, load_model
+from jetgym.scorers import Question, make_scorer
+from jetgym.scorers.models import ModelNotFoundError, architecture_kind, load_model
 
 pytestmark = pytest.mark.slow
 
@@ -94,7 +94,7 @@ def test_architecture_kind_from_config():
 
 
 def test_schedules_agree_on_20_mmlu_questions(embedded):
-    from envs.question_sets import load_mmlu
+    from jetgym.questions.sets import load_mmlu
 
     questions = load_mmlu(subset="per_subject_5", limit=20)
     reference = scorer(embedded, template="none", schedule="independent").decide_many(questions)

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from scorers import Question, make_scorer
-from scorers.models import load_model, resolve
-from scorers.placement import Placement, offload_experts, routed_expert_modules
+from jetgym.scorers import Question, make_scorer
+from jetgym.scorers.models import load_model, resolve
+from jetgym.scorers.placement import Placement, offload_experts, routed_expert_modules
 from tiny_models import tiny_llama
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here")
@@ -25,7 +25,7 @@ def test_placement_names_resolve_to_device_and_dtype():
     assert Placement.of(None) == Placement("cpu", "float32")
     assert Placement.of("cuda") == Placement("cuda", "bfloat16")
     assert Placement.of({"device": "auto", "dtype": "float16"}).load_kwargs()["device_map"] == "auto"
-    with pytest.raises(ValueError, match="unknown dtype 'float8'; known: float32, bfloat16, float16"):
+    with pytest.raises(ValueError, match="unknown placement.dtype 'float8'; known: float32, bfloat16, float16"):
         Placement("cpu", "float8")
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from envs.question_sets import load_mmlu
-from scripts import qa
-from scripts.config import to_config
+from jetgym.questions.sets import load_mmlu
+from jetgym.scripts import qa
+from jetgym.scripts.config import to_config
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 LIMIT = 40  # three chunks of 16, 16, 8

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from envs.question_sets import (
+from jetgym.questions.sets import (
     QuestionSetError,
     available_question_sets,
     load_jsonl,

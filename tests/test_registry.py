@@ -3,8 +3,8 @@ import sys
 
 import pytest
 
-from scorers import available_scorers, make_scorer
-from scorers.registry import Registry
+from jetgym.scorers import available_scorers, make_scorer
+from jetgym.scorers.registry import Registry
 
 
 def test_duplicate_name_is_an_error():
@@ -24,7 +24,7 @@ def test_jet_is_registered():
 
 
 def test_importing_scorers_does_not_import_torch():
-    code = "import sys, scorers; scorers.Question(context='x', candidates=['a']); print('torch' in sys.modules)"
+    code = "import sys, jetgym.scorers as scorers; scorers.Question(context='x', candidates=['a']); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -36,5 +36,5 @@ def test_bad_options_fail_before_loading_a_model():
         make_scorer("jet", model="does-not-matter", template="chatml")
     with pytest.raises(ValueError, match="binary candidate texts must be distinct"):
         make_scorer("jet", model="does-not-matter", binary_texts=("Yes", "Yes"))
-    with pytest.raises(ValueError, match="unknown placement device 'tpu'"):
+    with pytest.raises(ValueError, match="unknown placement.device 'tpu'"):
         make_scorer("jet", model="does-not-matter", placement="tpu")

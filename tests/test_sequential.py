@@ -5,10 +5,10 @@ import random
 import pytest
 import torch
 
-from scorers import Question, make_scorer, sequential
-from scorers.execution import score_independent
-from scorers.models import LoadedModel, architecture_kind
-from scorers.prompts import EncodedQuestion
+from jetgym.scorers import Question, make_scorer, sequential
+from jetgym.scorers.execution import score_independent
+from jetgym.scorers.models import LoadedModel, architecture_kind
+from jetgym.scorers.prompts import EncodedQuestion
 from tiny_models import (
     ByteTokenizer, random_question, tiny_lfm2, tiny_llama, tiny_mamba2, tiny_qwen3_5, tiny_qwen3_next,
     tiny_qwen3_sliding,
@@ -188,7 +188,7 @@ def test_masked_schedules_refuse_hybrids_and_point_to_sequential(schedule):
 
 
 def test_sequential_is_a_known_schedule_and_typos_are_refused():
-    from scorers.jet import JetOptions
+    from jetgym.scorers.jet import JetOptions
 
     assert JetOptions(schedule="sequential").schedule == "sequential"
     with pytest.raises(ValueError, match=r"unknown schedule 'sequentail'; known: .*sequential"):
@@ -199,7 +199,7 @@ def test_sequential_is_a_known_schedule_and_typos_are_refused():
 def test_jet_scorer_with_a_real_tokenizer_and_chat_template():
     from transformers import AutoTokenizer
 
-    from scorers.models import resolve
+    from jetgym.scorers.models import resolve
 
     tokenizer = AutoTokenizer.from_pretrained(resolve("smollm2-135m-instruct"))
     loaded = tiny_loaded(tiny_qwen3_5(vocab_size=tokenizer.vocab_size), tokenizer)

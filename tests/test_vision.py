@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from scorers import Question, make_scorer
-from scorers.models import LoadedModel, architecture_kind
+from jetgym.scorers import Question, make_scorer
+from jetgym.scorers.models import LoadedModel, architecture_kind
 from tiny_models import ByteTokenizer, tiny_llama
 
 TOLERANCE = 1e-4

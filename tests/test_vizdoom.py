@@ -11,8 +11,8 @@ import pytest
 pytest.importorskip("vizdoom")
 gym = pytest.importorskip("gymnasium")
 
-import envs  # noqa: E402
-from envs.vizdoom import BUTTONS, CONTROLS, SCENARIOS, DoomEnv, _engine_children  # noqa: E402
+import jetgym.envs  # noqa: E402
+from jetgym.envs.vizdoom import BUTTONS, CONTROLS, SCENARIOS, DoomEnv, _engine_children  # noqa: E402
 
 
 def process_gone(pid: int) -> bool:
@@ -40,8 +40,8 @@ def env():
 
 
 def test_registered_ids_make_lazily():
-    assert set(envs.DOOM_IDS) <= set(gym.registry)
-    assert set(envs.DOOM_IDS.values()) == set(SCENARIOS)
+    assert set(jetgym.envs.DOOM_IDS) <= set(gym.registry)
+    assert set(jetgym.envs.DOOM_IDS.values()) == set(SCENARIOS)
     made = gym.make("jetgym/DoomBasic-v0", frame_skip=2)
     try:
         assert made.unwrapped.scenario_name == "basic" and made.unwrapped.frame_skip == 2
@@ -85,7 +85,7 @@ def test_observation_is_screen_and_visible_status_only(scenario):
         game = environment._game
         for hidden in ("depth_buffer", "labels_buffer", "automap_buffer", "objects_info", "sectors_info"):
             assert not getattr(game, f"is_{hidden}_enabled")(), hidden
-        assert set(info) == {"engine_restarts"}
+        assert set(info) == {"engine_restarts", "status"} and info["status"] is obs["status"]
     finally:
         environment.close()
 

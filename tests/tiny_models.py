@@ -6,7 +6,7 @@ import random
 
 import torch
 
-from scorers.prompts import EncodedQuestion
+from jetgym.scorers.prompts import EncodedQuestion
 
 VOCAB = 101
 

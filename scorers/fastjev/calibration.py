@@ -36,7 +36,7 @@ def layer_scores(scorer, questions, progress: bool = True) -> list[list[float]]:
     from .packed import PackedGroup
     from .segmented import score_segmented
     from .trie import CandidateTrie
-    from scorers.execution import _groups
+    from jetgym.scorers.execution import _groups
 
     n_layers = scorer.n_layers
     encoded = [scorer.encode(q)[1] for q in questions]

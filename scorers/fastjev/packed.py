@@ -2,7 +2,7 @@
 
 A `TrieCall` holds tokens tagged (block, parent slot, position): a token sees earlier prefix tokens of
 its own block (question) and its ancestor-or-self trie nodes, nothing else (tree attention, see
-`tree_attention.py`); this generalizes `scorers.execution.PackedCall` (whose candidates are chains) to
+`tree_attention.py`); this generalizes `jetgym.scorers.execution.PackedCall` (whose candidates are chains) to
 trees. Several questions share a call. Without pruning, prefixes and nodes share one call; with pruning
 the prefixes run first with every layer (their cache is the anchor), then the nodes run over it with the
 mask's layers skipped. Nodes beyond max_batch_tokens run as further calls over the grown cache (a call
@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import torch
 
-from scorers.execution import Scored, _device, _gather_sums, _groups
+from jetgym.scorers.execution import Scored, _device, _gather_sums, _groups
 
 from .anchor import BranchCache, StateLedger, snapshot_prefix
 from .pruning import skipping
-from .readout import SequenceLogLikelihood
 from .tree_attention import build_layout, tree_attention
 from .trie import ROOT, CandidateTrie
 
@@ -155,8 +154,7 @@ class PackedGroup:
             results.update(out)
             if anchor is not None:
                 self.ledger.observe([anchor])
-        readout = SequenceLogLikelihood()
-        scores = [readout(trie, [results.get((q, n), 0.0) for n in range(len(trie))]) for q, (_, trie) in enumerate(self.items)]
+        scores = [trie.path_sums([results.get((q, n), 0.0) for n in range(len(trie))]) for q, (_, trie) in enumerate(self.items)]
         return scores, len(starts)
 
 
@@ -168,7 +166,6 @@ def score_packed_many(model, items: list[tuple[tuple[int, ...], CandidateTrie]],
     costs = [(i, packed_tokens(p, t)) for i, (p, t) in enumerate(items)]
     fitting = [(i, c) for i, c in costs if c <= max_batch_tokens]
     groups = _groups(fitting, max_batch_tokens) + [[i] for i, c in costs if c > max_batch_tokens]
-    readout = SequenceLogLikelihood()
     for group in groups:
         members = [items[i] for i in group]
         if skip or any(costs[i][1] > max_batch_tokens for i in group):
@@ -182,7 +179,7 @@ def score_packed_many(model, items: list[tuple[tuple[int, ...], CandidateTrie]],
                 call.add_prefix(q, prefix, trie, q)
                 call.add_nodes(q, trie, trie.fed(), q)
             lp, _ = call.run(model)
-            scores = [readout(trie, [lp.get((q, n), 0.0) for n in range(len(trie))]) for q, (_, trie) in enumerate(members)]
+            scores = [trie.path_sums([lp.get((q, n), 0.0) for n in range(len(trie))]) for q, (_, trie) in enumerate(members)]
             calls, kept = 1, 0
         for q, i in enumerate(group):
             prefix, trie = members[q]

@@ -8,9 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from pathlib import Path
 
-CALIBRATION_DIR = Path(__file__).resolve().parents[2] / "docs" / "calibration"
+SHIPPED_CALIBRATIONS = Path(__file__).resolve().parent / "calibrations"  # package data
+
+
+def user_calibrations() -> Path:
+    """Where `jetgym-calibrate` stores a user's calibration files: $XDG_CACHE_HOME/jetgym/calibrations."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jetgym" / "calibrations"
 
 
 def decoder_layers(model):
@@ -48,8 +54,10 @@ def slug(spec: str) -> str:
 
 
 def calibration_path(spec: str) -> Path:
-    """Default calibration file of a model spec: docs/calibration/<spec>.json."""
-    return CALIBRATION_DIR / f"{slug(spec)}.json"
+    """Default calibration file of a model spec: the user's own (see `user_calibrations`) when there is one,
+    else the file shipped with jetgym (which may not exist for this model)."""
+    mine = user_calibrations() / f"{slug(spec)}.json"
+    return mine if mine.exists() else SHIPPED_CALIBRATIONS / f"{slug(spec)}.json"
 
 
 def select_layers(ranking, k: int) -> tuple[int, ...]:

@@ -5,37 +5,44 @@ Importing this module does not import torch; the model loads when the scorer is 
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import dataclass
 from typing import Sequence
 
-from scorers.decision import make_decision
-from scorers.placement import Placement
-from scorers.registry import register_scorer
-from scorers.types import DEFAULT_BINARY_TEXTS, Decision, Question, validate_candidates
+from jetgym.scorers.base import ScorerBase
+from jetgym.scorers.decision import make_decision
+from jetgym.scorers.prompts import EncodedQuestion
+from jetgym.scorers.types import Decision, Question, validate_candidates
 
-from .options import COMPONENTS, FastJevOptions
+from .options import FastJevOptions
 
 
-@register_scorer("fastjev")
-class FastJevScorer:
+@dataclass(frozen=True)
+class Encoded:
+    """A question ready for the model: its candidate texts and their tokens."""
+
+    question: Question
+    candidates: tuple[str, ...]
+    encoded: EncodedQuestion
+
+
+class FastJevScorer(ScorerBase):
     """Candidate log-likelihoods through a candidate trie (T), a shared read-only context anchor (S) and
     calibrated layer skipping in candidate paths (P). T and S leave scores unchanged (within fp32
-    round-off); P changes them and is measured as retention. `readout` replaces the JET readout
-    (sum of token log-probs per candidate path) for models with their own decision head.
+    round-off); P changes them and is measured as retention.
     """
 
-    def __init__(self, model="smollm2-135m-instruct", *, placement=None, components=COMPONENTS, schedule="auto",
-                 template="chat", max_batch_tokens: int = 1024, pruning_k: int = 0, calibration: str | None = None,
-                 call_overhead_tokens: float = 32.0, binary_texts: Sequence[str] = DEFAULT_BINARY_TEXTS, readout=None):
+    name = "fastjev"
+    Options = FastJevOptions
+
+    def __init__(self, model="smollm2-135m-instruct", **options):
         spec = model if isinstance(model, str) else model.spec
-        self.options = FastJevOptions(spec, Placement.of(placement), components, schedule, template, max_batch_tokens,
-                                      pruning_k, calibration, call_overhead_tokens, tuple(binary_texts))
+        self.options = FastJevOptions(model=spec, **options)
         from .pruning import decoder_layers, load_mask, require_calibration
 
         if self.options.pruning_k:
             require_calibration(spec, self.options.pruning_k, self.options.calibration)  # before a slow model load
         if isinstance(model, str):
-            from scorers.models import load_model
+            from jetgym.scorers.models import load_model
 
             model = load_model(model, self.options.placement)
         self.loaded = model
@@ -51,22 +58,19 @@ class FastJevScorer:
             raise ValueError(f"schedule 'packed' (tree attention) cannot run {spec!r}: {reason}; use 'segmented' or 'auto'")
         self.packable = reason is None  # `auto` may choose the packed plan
         self.skip = load_mask(spec, self.options.pruning_k, self.n_layers, self.options.calibration)
-        self.readout = readout
         from .plan import pair_cost_of
 
         self.pair_cost = pair_cost_of(model.model.config)
         self.last_plans: list[str] = []
 
     def describe(self) -> dict:
-        options = asdict(self.options)
-        options["components"] = "+".join(self.options.components)
-        return {"scorer": "fastjev", **options, "skipped_layers": list(self.skip)}
+        return {**super().describe(), "components": "+".join(self.options.components), "skipped_layers": list(self.skip)}
 
     # ------------------------------------------------------------ encoding and planning
 
     def encode(self, question):
         """Token ids of a question; reads only its context, candidates, kind and images (never gold or labels)."""
-        from scorers.prompts import encode
+        from jetgym.scorers.prompts import encode
 
         candidates = question.candidates or self.options.binary_texts
         validate_candidates(candidates, question.kind)
@@ -109,21 +113,19 @@ class FastJevScorer:
         if packed:
             items = [(encoded_all[i].prefix, plans[i][1]) for i in packed]
             for i, scored in zip(packed, score_packed_many(model, items, self.options.max_batch_tokens, skip)):
-                if self.readout is not None:
-                    raise ValueError("a custom readout needs schedule='segmented'")
                 results[i] = scored
         for i, (name, trie) in enumerate(plans):
             if name != "packed":
                 results[i] = score_segmented(model, encoded_all[i].prefix, trie, self.options.max_batch_tokens, skip,
-                                             share=self.options.share, readout=self.readout)
+                                             share=self.options.share)
         return results
 
-    def decide(self, question: Question) -> Decision:
-        return self.decide_many([question])[0]
+    def prepare(self, questions: Sequence[Question]) -> list[Encoded]:
+        """Validate and tokenize (no model call)."""
+        return [Encoded(q, tuple(candidates), encoded) for q in questions for candidates, encoded in [self.encode(q)]]
 
-    def decide_many(self, questions: Sequence[Question]) -> list[Decision]:
+    def score(self, prepared: Sequence[Encoded]) -> list[Decision]:
         """Decisions in the same order; packed questions share forward calls."""
-        prepared = [self.encode(q) for q in questions]
-        scored = self.score_encoded([e for _, e in prepared])
-        return [make_decision(q, candidates, result.logprobs, result.work.usage())
-                for q, (candidates, _), result in zip(questions, prepared, scored)]
+        scored = self.score_encoded([p.encoded for p in prepared])
+        return [make_decision(p.question, p.candidates, result.logprobs, result.work.usage())
+                for p, result in zip(prepared, scored)]

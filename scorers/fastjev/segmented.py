@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import torch
 
-from scorers.execution import Scored, _device, _gather_sums
+from jetgym.scorers.execution import Scored, _device, _gather_sums
 
 from .anchor import BranchCache, StateLedger, snapshot_prefix
 from .attention import grouped_rows
 from .pruning import skipping
-from .readout import SequenceLogLikelihood
 from .trie import ROOT, CandidateTrie, sibling_groups
 
 
@@ -38,9 +37,7 @@ def prefix_anchor(model, prefix, trie: CandidateTrie, scored: Scored, node_lp: l
 
 
 @torch.inference_mode()
-def score_segmented(model, prefix, trie: CandidateTrie, max_batch_tokens: int, skip=(), share: bool = True,
-                    readout=None) -> Scored:
-    readout = readout or SequenceLogLikelihood()
+def score_segmented(model, prefix, trie: CandidateTrie, max_batch_tokens: int, skip=(), share: bool = True) -> Scored:
     device = _device(model)
     scored = Scored([])
     node_lp = [0.0] * len(trie)
@@ -92,7 +89,7 @@ def score_segmented(model, prefix, trie: CandidateTrie, max_batch_tokens: int, s
         if share:
             del states[parent]  # all its children ran: nothing depends on it any more
         stack += [s for s in reversed(kids.get(parent, [])) if segments[s].internal]
-    scored.logprobs = readout(trie, node_lp)
+    scored.logprobs = trie.path_sums(node_lp)
     scored.work.cache_bytes = ledger.peak
     scored.peak_recurrent_bytes = ledger.peak_recurrent
     return scored

@@ -60,6 +60,10 @@ class CandidateTrie:
         (self.roots if parent == ROOT else self.children[parent]).append(node)
         return node
 
+    def path_sums(self, node_logprobs) -> list[float]:
+        """The JET readout: each candidate's log-likelihood, the sum of its path's node log-probs (float64)."""
+        return [float(sum(node_logprobs[n] for n in path)) for path in self.paths]
+
     def __len__(self) -> int:
         return len(self.token)
 

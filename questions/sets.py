@@ -16,8 +16,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable
 
-from scorers.registry import Registry
-from scorers.types import Question
+from jetgym.scorers.registry import Registry
+from jetgym.scorers.types import Question
 
 SUBSETS = ("all", "per_subject_5")
 MMLU_FIELDS = ("question", "answer_a", "answer_b", "answer_c", "answer_d", "correct_answer", "topic")

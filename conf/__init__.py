@@ -1,0 +1,1 @@
+"""Hydra configs of the jobs (package data, found through importlib.resources)."""
