@@ -44,13 +44,30 @@ def test_every_config_composes(job, overrides):
     for override in overrides:
         group, option = override.split("=")
         assert getattr(config, group) is not None, (group, option)
+    from jetgym.scorers.base import SCORERS
+
+    options = SCORERS.get(config.scorer.name).Options(**scorer_options(config))  # the builder, short of loading a model
+    assert options.placement.device == config.placement.device
+
+
+@pytest.mark.parametrize("job,module", [("calibrate", "jetgym.scripts.calibrate"), ("bench", "jetgym.scripts.bench"),
+                                        ("bench_fastjev", "jetgym.scripts.bench_fastjev")])
+def test_other_jobs_compose(job, module):
+    import importlib
+
+    importlib.import_module(module)
+    config = to_config(compose_job(job))
+    assert config.model is not None and hasattr(config, "output_dir")
+    if job == "calibrate":
+        for placement in options("placement"):
+            assert to_config(compose_job(job, [f"placement={placement}"])).placement.device
 
 
 def test_groups_have_options():
     for group in ("model", "scorer", "placement", "dataset"):
         assert options(group), group
     assert options("placement") == ["auto", "cpu", "cuda", "offload_experts"]
-    assert options("dataset") == ["jsonl", "mmlu"]
+    assert {"jsonl", "mmlu"} <= set(options("dataset"))
 
 
 def test_qa_defaults():
