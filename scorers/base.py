@@ -45,8 +45,12 @@ class ScorerBase:
         return self.score(self.prepare(questions))
 
     def describe(self) -> dict:
-        """The options as a JSON-able dict (for summaries)."""
-        return {"scorer": self.name, **(asdict(self.options) if self.options is not None else {})}
+        """The options as a JSON-able dict (for summaries), with the dtype the model runs in."""
+        described = {"scorer": self.name, **(asdict(self.options) if self.options is not None else {})}
+        loaded = getattr(self, "loaded", None)
+        if loaded is not None:
+            described["dtype_used"] = str(loaded.model.dtype).removeprefix("torch.")
+        return described
 
 
 SCORERS: Registry[type] = Registry("scorer")

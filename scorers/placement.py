@@ -6,7 +6,24 @@ from dataclasses import dataclass
 
 from .registry import check_choice
 
-DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of CPUs with bf16 matrix instructions
+
+
+def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
+    """True when the CPU multiplies bf16 matrices natively (AMX-BF16 or AVX512-BF16, read from the `flags` line of
+    /proc/cpuinfo). Elsewhere (no /proc, other OS) False: bf16 emulated on a CPU without them runs slower than fp32."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as file:
+                cpuinfo = file.read()
+        except OSError:
+            return False
+    flags = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[-1].split())
+    return any(flag in flags for flag in NATIVE_BF16_FLAGS)
 DEVICES = ("cpu", "cuda", "auto", "offload_experts")
 
 
@@ -14,7 +31,11 @@ DEVICES = ("cpu", "cuda", "auto", "offload_experts")
 class Placement:
     """`cpu` (fp32 default), `cuda` (one GPU), `auto` (accelerate's device_map over what exists) or
     `offload_experts` (mixture-of-experts models: routed experts run on the CPU, everything else on
-    the GPU; all weights stay resident, nothing is streamed from disk)."""
+    the GPU; all weights stay resident, nothing is streamed from disk).
+
+    dtype `auto`: on the CPU, bfloat16 where the CPU has native bf16 matrix instructions
+    (`cpu_has_native_bf16`), float32 elsewhere; on a GPU bfloat16 (float16 where the GPU lacks bf16).
+    float32 is the reference every equivalence test uses."""
 
     device: str = "cpu"
     dtype: str = "float32"
@@ -34,11 +55,21 @@ class Placement:
             return cls(device=value, dtype="float32" if value == "cpu" else "bfloat16")
         return cls(**dict(value))
 
+    def resolved_dtype(self) -> str:
+        """The dtype the weights load in: `dtype`, with `auto` decided for this machine."""
+        if self.dtype != "auto":
+            return self.dtype
+        if self.device == "cpu":
+            return "bfloat16" if cpu_has_native_bf16() else "float32"
+        import torch
+
+        return "float16" if torch.cuda.is_available() and not torch.cuda.is_bf16_supported() else "bfloat16"
+
     def load_kwargs(self) -> dict:
         """Keyword arguments for `from_pretrained`."""
         import torch
 
-        kwargs = {"dtype": getattr(torch, self.dtype)}
+        kwargs = {"dtype": getattr(torch, self.resolved_dtype())}
         if self.device == "auto":
             kwargs["device_map"] = "auto"
         return kwargs
