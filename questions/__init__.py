@@ -3,3 +3,5 @@
 from .sets import SUBSETS, available_question_sets, load_question_set
 
 __all__ = ["SUBSETS", "available_question_sets", "load_question_set"]
+
+from . import libero as _libero  # noqa: E402,F401  (registers the "libero" question set)

@@ -1,0 +1,255 @@
+"""LIBERO demonstrations: the official HDF5 reader and an offline-frames Gymnasium env.
+
+Reader. `read_libero(path)` accepts a file in the official LIBERO layout (`data/demo_N/obs/agentview_rgb`,
+`eye_in_hand_rgb`, `gripper_states`, `ee_pos`, ...; `actions`, `rewards`, `dones`; `problem_info` JSON with
+`language_instruction` on `data`, or per demo as `jetgym-render-libero` writes it). Images are stored
+upside-down (OpenGL rows bottom-up); `upright()` reverses the rows. Extras written by the renderer and used
+when present: per-demo `rendered_frames` (the steps whose images are stored), `subgoals` (JSON step texts),
+`subgoal_done` (T, K), `success`, `task_name`. A real LIBERO demo has neither: every step has images,
+the steps are split from the instruction and their completion comes from the gripper (see
+`jetgym.questions.libero`).
+
+Env. `LiberoFramesEnv` replays recorded frames: observation = {"agentview", "wrist"} upright uint8 images
+plus the instruction (Text); the action is a candidate index of the frame's first question (the env does
+not grade; `info["questions"]` carries every question of the frame as a candidate set).
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+IMAGE_KEYS = ("agentview_rgb", "eye_in_hand_rgb")
+REQUIRED_OBS = ("gripper_states", "ee_pos")
+REQUIRED_DEMO = ("actions",)
+
+
+class LiberoFormatError(ValueError):
+    """A file that is not in the LIBERO layout; the message names the file and the missing part."""
+
+
+def upright(image: np.ndarray) -> np.ndarray:
+    """A stored LIBERO image (OpenGL, rows bottom-up) as an upright image (rows top-down)."""
+    return np.ascontiguousarray(image[::-1])
+
+
+@dataclass(frozen=True, eq=False)
+class LiberoEpisode:
+    """One recorded demonstration: the low-dimensional trajectory and the images of its rendered frames."""
+
+    name: str  # demo group, e.g. "demo_3"
+    task: str  # task name (file stem for a real one-task LIBERO file)
+    instruction: str
+    gripper_states: np.ndarray  # (T, 2) finger joint positions
+    ee_pos: np.ndarray  # (T, 3) end-effector position, metres, robot base frame
+    actions: np.ndarray  # (T, 7); last column: gripper command (+1 close, -1 open)
+    rewards: np.ndarray  # (T,)
+    dones: np.ndarray  # (T,)
+    frames: tuple[int, ...]  # steps whose images are stored
+    images: dict[int, tuple[np.ndarray, np.ndarray]] = field(repr=False)  # step -> (agentview, wrist), as stored
+    subgoals: tuple[str, ...] | None = None
+    subgoal_done: np.ndarray | None = None  # (T, K) 0/1
+    success: bool | None = None
+    source: str = ""
+
+    @property
+    def length(self) -> int:
+        return len(self.actions)
+
+    def views(self, step: int) -> tuple[np.ndarray, np.ndarray]:
+        """(agentview, wrist) upright images at a rendered step."""
+        if step not in self.images:
+            raise KeyError(f"{self.name}: step {step} has no stored images (rendered: {list(self.frames)[:12]})")
+        agent, wrist = self.images[step]
+        return upright(agent), upright(wrist)
+
+
+def _json_attr(attrs, key: str, default: Any = None) -> Any:
+    if key not in attrs:
+        return default
+    value = attrs[key]
+    if isinstance(value, bytes):
+        value = value.decode()
+    try:
+        return json.loads(value)
+    except (TypeError, json.JSONDecodeError):
+        return value
+
+
+def _instruction(problem_info: Any) -> str | None:
+    if isinstance(problem_info, dict):
+        text = problem_info.get("language_instruction")
+        if isinstance(text, list):
+            text = " ".join(text)
+        if isinstance(text, str) and text and not text.startswith("("):
+            return text.strip()
+    return None
+
+
+def _demo_sort_key(name: str) -> tuple[int, str]:
+    tail = name.rsplit("_", 1)[-1]
+    return (int(tail), name) if tail.isdigit() else (10**9, name)
+
+
+def read_libero(path: str | Path, frames: str | list[int] = "stored", max_frames: int = 10) -> list[LiberoEpisode]:
+    """Every demo of a LIBERO HDF5 file, in demo-number order.
+
+    frames: "stored" (the renderer's `rendered_frames`; for a real LIBERO demo, which stores every step,
+        `max_frames` evenly spaced steps from first to last), or explicit steps.
+    """
+    import h5py
+
+    file_path = Path(path)
+    if not file_path.exists():
+        raise FileNotFoundError(f"no LIBERO file at {file_path}")
+    episodes = []
+    with h5py.File(file_path, "r") as file:
+        if "data" not in file:
+            raise LiberoFormatError(f"{file_path}: no 'data' group (not the LIBERO layout)")
+        data = file["data"]
+        file_instruction = _instruction(_json_attr(data.attrs, "problem_info", {}))
+        demos = sorted((k for k in data if k.startswith("demo")), key=_demo_sort_key)
+        if not demos:
+            raise LiberoFormatError(f"{file_path}: 'data' holds no demo_N groups")
+        for name in demos:
+            demo = data[name]
+            where = f"{file_path}:data/{name}"
+            if "obs" not in demo:
+                raise LiberoFormatError(f"{where}: no 'obs' group")
+            obs = demo["obs"]
+            missing = [k for k in (*IMAGE_KEYS, *REQUIRED_OBS) if k not in obs] + [k for k in REQUIRED_DEMO if k not in demo]
+            if missing:
+                raise LiberoFormatError(f"{where}: missing {', '.join(missing)}")
+            actions = np.asarray(demo["actions"], dtype=np.float64)
+            length = len(actions)
+            instruction = _instruction(_json_attr(demo.attrs, "problem_info", {})) or file_instruction
+            if not instruction:
+                raise LiberoFormatError(f"{where}: no language_instruction in problem_info (data or demo attributes)")
+            if frames == "stored":
+                stored = demo.attrs.get("rendered_frames")
+                if stored is not None:
+                    steps = [int(s) for s in np.atleast_1d(stored)]
+                else:  # a real LIBERO demo: every step has images; keep evenly spaced ones
+                    steps = sorted(set(np.linspace(0, length - 1, min(max_frames, length)).round().astype(int).tolist()))
+            else:
+                steps = sorted({int(s) for s in frames})
+            bad = [s for s in steps if not 0 <= s < length]
+            if bad:
+                raise LiberoFormatError(f"{where}: frame steps {bad} outside the episode's {length} steps")
+            agent, wrist = obs["agentview_rgb"], obs["eye_in_hand_rgb"]
+            images = {s: (np.asarray(agent[s]), np.asarray(wrist[s])) for s in steps}
+            rewards = np.asarray(demo["rewards"], dtype=np.float64) if "rewards" in demo else np.zeros(length)
+            dones = np.asarray(demo["dones"], dtype=np.float64) if "dones" in demo else np.zeros(length)
+            subgoals = _json_attr(demo.attrs, "subgoals")
+            done = np.asarray(demo["subgoal_done"], dtype=np.uint8) if "subgoal_done" in demo else None
+            success = demo.attrs.get("success")
+            episodes.append(LiberoEpisode(
+                name=name,
+                task=str(demo.attrs.get("task_name", file_path.stem.removesuffix("_demo"))),
+                instruction=instruction,
+                gripper_states=np.asarray(obs["gripper_states"], dtype=np.float64),
+                ee_pos=np.asarray(obs["ee_pos"], dtype=np.float64),
+                actions=actions,
+                rewards=rewards,
+                dones=dones,
+                frames=tuple(steps),
+                images=images,
+                subgoals=tuple(subgoals) if subgoals else None,
+                subgoal_done=done,
+                success=None if success is None else bool(success),
+                source=str(file_path),
+            ))
+    return episodes
+
+
+class LiberoFramesEnv:
+    """Placeholder replaced below when gymnasium is importable (kept importable without it)."""
+
+
+try:
+    import gymnasium as gym
+    from gymnasium import spaces
+except ImportError:  # pragma: no cover - gymnasium is an optional extra
+    gym = None
+
+if gym is not None:
+
+    class LiberoFramesEnv(gym.Env):  # type: ignore[no-redef]
+        """Replay of recorded LIBERO frames, one frame per step, episode after episode.
+
+        episodes: `LiberoEpisode`s (from `read_libero`); questions_for: episode, step -> list of questions
+        (default: `jetgym.questions.libero.frame_questions`). reset(seed) picks the starting episode by
+        the seed (options={"episode": i} picks one); an episode ends after its last rendered frame.
+        The action answers the frame's first question (an index into its candidates); reward 0: the env
+        replays, it does not grade. `info`: "questions", "candidates" (the first question's texts),
+        "episode", "step", "task", "is_success" (the recorded task state at this step).
+        """
+
+        metadata = {"render_modes": ["rgb_array"]}
+        MAX_CANDIDATES = 8
+
+        def __init__(self, episodes: list[LiberoEpisode], questions_for=None, render_mode: str | None = None):
+            if not episodes:
+                raise ValueError("LiberoFramesEnv needs at least one episode")
+            if render_mode not in (None, "rgb_array"):
+                raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+            if questions_for is None:
+                from jetgym.questions.libero import frame_questions
+
+                questions_for = frame_questions
+            self.episodes = list(episodes)
+            self.questions_for = questions_for
+            self.render_mode = render_mode
+            height, width = episodes[0].images[episodes[0].frames[0]][0].shape[:2]
+            image = spaces.Box(0, 255, (height, width, 3), np.uint8)
+            self.observation_space = spaces.Dict({
+                "agentview": image, "wrist": image, "instruction": spaces.Text(max_length=512, charset=string.printable),
+            })
+            self.action_space = spaces.Discrete(self.MAX_CANDIDATES)
+            self._episode = 0
+            self._cursor = 0
+
+        def _observation(self) -> dict:
+            episode = self.episodes[self._episode]
+            agent, wrist = episode.views(episode.frames[self._cursor])
+            text = "".join(c for c in episode.instruction if c in string.printable)[:512]
+            return {"agentview": agent, "wrist": wrist, "instruction": text}
+
+        def _info(self) -> dict:
+            episode = self.episodes[self._episode]
+            step = episode.frames[self._cursor]
+            questions = self.questions_for(episode, step)
+            success = bool(np.any(episode.rewards[: step + 1] > 0))
+            return {"questions": questions, "candidates": list(questions[0].candidates) if questions else [],
+                    "episode": episode.name, "task": episode.task, "step": step, "is_success": success}
+
+        def reset(self, *, seed: int | None = None, options: dict | None = None):
+            super().reset(seed=seed)
+            if options and "episode" in options:
+                index = int(options["episode"])
+                if not 0 <= index < len(self.episodes):
+                    raise ValueError(f"options['episode'] must be in [0, {len(self.episodes)}), got {index}")
+                self._episode = index
+            else:
+                self._episode = int(self.np_random.integers(len(self.episodes)))
+            self._cursor = 0
+            return self._observation(), self._info()
+
+        def step(self, action):
+            if not self.action_space.contains(action):
+                raise ValueError(f"action {action!r} is not in {self.action_space}")
+            episode = self.episodes[self._episode]
+            self._cursor = min(self._cursor + 1, len(episode.frames) - 1)
+            terminated = self._cursor == len(episode.frames) - 1
+            return self._observation(), 0.0, terminated, False, self._info()
+
+        def render(self):
+            if self.render_mode != "rgb_array":
+                return None
+            observation = self._observation()
+            return np.concatenate([observation["agentview"], observation["wrist"]], axis=1)
