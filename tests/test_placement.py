@@ -25,7 +25,7 @@ def test_placement_names_resolve_to_device_and_dtype():
     assert Placement.of(None) == Placement("cpu", "float32")
     assert Placement.of("cuda") == Placement("cuda", "bfloat16")
     assert Placement.of({"device": "auto", "dtype": "float16"}).load_kwargs()["device_map"] == "auto"
-    with pytest.raises(ValueError, match="unknown placement.dtype 'float8'; known: float32, bfloat16, float16"):
+    with pytest.raises(ValueError, match="unknown placement.dtype 'float8'; known: auto, float32, bfloat16, float16"):
         Placement("cpu", "float8")
 
 
