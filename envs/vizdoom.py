@@ -11,12 +11,16 @@ built by button *name* against the engine's reported button order (never by posi
 
 The engine runs as a child process. If it dies mid-episode, `step` returns the last observation with
 `truncated=True` and `info["truncated_reason"]`; the engine is restarted on the next `reset`.
-`close` ends the engine and reaps its process. `vizdoom` is imported only when an env is built.
+`close` ends the engine and reaps its process. A watchdog (`EngineWatchdog`, a tiny shell process) kills
+the engine when this process ends however it ends (SIGTERM, SIGKILL, a crash), since the engine ignores
+SIGTERM and would otherwise live on, re-parented to PID 1. `vizdoom` is imported only when an env is built.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import tempfile
 from dataclasses import dataclass
 from typing import Any
@@ -113,6 +117,45 @@ def _engine_children() -> set[int]:
     return found
 
 
+class EngineWatchdog:
+    """Kills engine `pid` (SIGKILL) when this process ends without `release()`-ing it first.
+
+    A `/bin/sh` child blocks reading a pipe whose only write end this process holds (close-on-exec, so
+    the engine and other children never inherit it). The kernel closes that end however this process
+    ends, even on SIGKILL; the watchdog then reads end-of-file and kills the engine. `release()` (a clean
+    `close`) writes "ok" first, so the watchdog exits without touching a process id that may be reused.
+    The watchdog ignores SIGINT/SIGTERM/SIGHUP sent to the whole process group, so it outlives its parent."""
+
+    SCRIPT = 'trap "" INT TERM HUP; read line; [ "$line" = ok ] || kill -9 "$1" 2>/dev/null; exit 0'
+
+    def __init__(self, pid: int):
+        read_end, self._write_end = os.pipe()  # both close-on-exec
+        try:
+            self.process = subprocess.Popen(
+                ["/bin/sh", "-c", self.SCRIPT, "jetgym-engine-watchdog", str(pid)],
+                stdin=read_end, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True,
+                start_new_session=True,  # a terminal's Ctrl-C / a group kill does not reach it
+            )
+        finally:
+            os.close(read_end)
+
+    def release(self) -> None:
+        """The engine was stopped cleanly: let the watchdog exit without a kill, and reap it."""
+        if self._write_end is None:
+            return
+        try:
+            os.write(self._write_end, b"ok\n")
+        except OSError:
+            pass
+        os.close(self._write_end)
+        self._write_end = None
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
 class DoomEnv(gym.Env):
     """A ViZDoom scenario with the nine `CONTROLS`.
 
@@ -146,6 +189,7 @@ class DoomEnv(gym.Env):
         })
         self.engine_restarts = 0
         self.engine_pid: int | None = None
+        self._watchdog: EngineWatchdog | None = None
         self._game = None
         self._vzd = None
         self._action_vectors: list[list[float]] = []
@@ -176,21 +220,27 @@ class DoomEnv(gym.Env):
         started = _engine_children() - before
         self.engine_pid = min(started) if started else None
         self._game = game
+        if self.engine_pid is not None:
+            self._watchdog = EngineWatchdog(self.engine_pid)
         self._action_vectors = self.action_vectors([str(b).split(".")[-1] for b in game.get_available_buttons()])
 
     def _stop(self) -> None:
-        game, pid = self._game, self.engine_pid
-        self._game, self.engine_pid = None, None
+        game, pid, watchdog = self._game, self.engine_pid, self._watchdog
+        self._game, self.engine_pid, self._watchdog = None, None, None
         if game is not None:
             try:
                 game.close()
             except Exception:  # a crashed engine may refuse a clean close
                 pass
-        if pid is not None:  # reap a dead engine if `close` did not
+        if pid is not None:  # a still running engine is killed; a dead one is reaped if `close` did not
             try:
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
+                if os.waitpid(pid, os.WNOHANG) == (0, 0):
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+            except (ChildProcessError, ProcessLookupError):
                 pass
+        if watchdog is not None:
+            watchdog.release()
 
     def _restart(self) -> None:
         self._stop()
@@ -227,7 +277,7 @@ class DoomEnv(gym.Env):
                     raise
                 self._restart()
         obs = self._observe()
-        return obs, {"engine_restarts": self.engine_restarts, "status": obs["status"]}
+        return obs, {"engine_restarts": self.engine_restarts, "status": _copy(obs)["status"]}
 
     def step(self, action):
         if self._game is None or self._last_obs is None:
@@ -245,9 +295,9 @@ class DoomEnv(gym.Env):
         except self._crashes() as exc:
             self._pending_restart = True
             info = {"engine_restarts": self.engine_restarts, "truncated_reason": f"engine crash: {exc}",
-                    "status": self._last_obs["status"]}
-            return self._last_obs, 0.0, False, True, info
-        info: dict[str, Any] = {"engine_restarts": self.engine_restarts, "status": obs["status"]}
+                    "status": _copy(self._last_obs)["status"]}
+            return _copy(self._last_obs), 0.0, False, True, info
+        info: dict[str, Any] = {"engine_restarts": self.engine_restarts, "status": _copy(obs)["status"]}
         if timeout:
             info["truncated_reason"] = "episode timeout"
         elif finished:
@@ -271,7 +321,9 @@ class DoomEnv(gym.Env):
 
     # --- observation ------------------------------------------------------------------------------------
     def _observe(self) -> dict:
-        """Screen and status of the current state; after the episode ends, the last screen and final status."""
+        """Screen and status of the current state; after the episode ends, the last screen and final status.
+        Returns a copy: no two observations handed out share arrays (an episode that ends on its first step
+        would otherwise return reset's screen object again)."""
         import cv2
 
         game, vzd = self._game, self._vzd
@@ -284,4 +336,9 @@ class DoomEnv(gym.Env):
             values = [game.get_game_variable(getattr(vzd.GameVariable, STATUS_VARIABLES[n])) for n in self.scenario.status]
         status = {name: np.array(np.clip(round(v), *STATUS_RANGE), dtype=np.int32) for name, v in zip(self.scenario.status, values)}
         self._last_obs = {"screen": np.ascontiguousarray(screen, dtype=np.uint8), "status": status}
-        return self._last_obs
+        return _copy(self._last_obs)
+
+
+def _copy(obs: dict) -> dict:
+    """A fresh copy of an observation (screen array and status scalars)."""
+    return {"screen": obs["screen"].copy(), "status": {name: value.copy() for name, value in obs["status"].items()}}

@@ -30,8 +30,8 @@ class QuestionSetError(ValueError):
     """A question file with a bad row; the message names file:line."""
 
 
-def make_question(question: str, choices: list[str], gold: int, id: str) -> Question:
-    """Build a categorical Question in the shared prompt format."""
+def make_question(question: str, choices: list[str], gold: int, id: str, source: str | None = None) -> Question:
+    """Build a categorical Question in the shared prompt format (`source`: file:line, named in errors)."""
     labels = letter_labels(len(choices))
     return Question(
         context=f"Question: {question.strip()}\nAnswer:",
@@ -39,7 +39,32 @@ def make_question(question: str, choices: list[str], gold: int, id: str) -> Ques
         labels=labels,
         gold=labels[gold],
         id=id,
+        source=source,
     )
+
+
+def _lines(file: Path):
+    """(line number, text) of every non-blank line; a line that is not UTF-8 is an error naming file:line."""
+    if not file.is_file():
+        raise FileNotFoundError(f"question file {file} does not exist" if not file.exists() else f"{file} is not a file")
+    with open(file, "rb") as raw:
+        for line_no, data in enumerate(raw, 1):
+            try:
+                line = data.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise QuestionSetError(
+                    f"{file}:{line_no}: not UTF-8 text (byte 0x{data[error.start]:02x} at column {error.start + 1}); "
+                    f"re-save the file as UTF-8"
+                ) from None
+            if line_no == 1:
+                line = line.removeprefix("\ufeff")  # a byte order mark
+            if line.strip():
+                yield line_no, line
+
+
+def _none_found(file: Path, questions: list) -> None:
+    if not questions:
+        raise QuestionSetError(f"{file}: no questions found (the file is empty or holds only blank lines)")
 
 
 def letter_labels(n: int) -> tuple[str, ...]:
@@ -84,26 +109,25 @@ def load_mmlu(subset: str = "all", limit: int | None = None, path: str | None = 
     _check_subset(subset, SUBSETS, "mmlu")
     file = Path(path) if path else mmlu_path()
     by_subject: dict[str, list[Question]] = defaultdict(list)
-    with open(file, encoding="utf-8") as lines:
-        for line_no, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            row = _parse_row(line, file, line_no)
-            missing = [key for key in MMLU_FIELDS if key not in row]
-            if missing:
-                raise QuestionSetError(f"{file}:{line_no}: MMLU row lacks {', '.join(missing)}")
-            if row["correct_answer"] not in MMLU_LETTERS:
-                continue  # stray header rows ("answer" in place of a letter)
-            subject = row["topic"]
-            items = by_subject[subject]
-            items.append(
-                make_question(
-                    row["question"],
-                    [row[f"answer_{letter.lower()}"] for letter in MMLU_LETTERS],
-                    MMLU_LETTERS.index(row["correct_answer"]),
-                    id=f"mmlu-{subject.replace(' ', '_')}-{len(items)}",
-                )
+    for line_no, line in _lines(file):
+        row = _parse_row(line, file, line_no)
+        missing = [key for key in MMLU_FIELDS if key not in row]
+        if missing:
+            raise QuestionSetError(f"{file}:{line_no}: MMLU row lacks {', '.join(missing)}")
+        if row["correct_answer"] not in MMLU_LETTERS:
+            continue  # stray header rows ("answer" in place of a letter)
+        subject = row["topic"]
+        items = by_subject[subject]
+        items.append(
+            make_question(
+                row["question"],
+                [row[f"answer_{letter.lower()}"] for letter in MMLU_LETTERS],
+                MMLU_LETTERS.index(row["correct_answer"]),
+                id=f"mmlu-{subject.replace(' ', '_')}-{len(items)}",
+                source=f"{file}:{line_no}",
             )
+        )
+    _none_found(file, [q for items in by_subject.values() for q in items])
     per_subject = 5 if subset == "per_subject_5" else None
     questions = [q for subject in sorted(by_subject) for q in by_subject[subject][:per_subject]]
     return _apply_limit(questions, limit)
@@ -124,16 +148,14 @@ def load_jsonl(path: str | None = None, subset: str = "all", limit: int | None =
     file = Path(path)
     questions: list[Question] = []
     seen: dict[str, int] = {}
-    with open(file, encoding="utf-8") as lines:
-        for line_no, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            row = _parse_row(line, file, line_no)
-            question = _jsonl_question(row, f"{file.stem}-{len(questions)}", f"{file}:{line_no}")
-            if question.id in seen:
-                raise QuestionSetError(f"{file}:{line_no}: duplicate id {question.id!r} (first on line {seen[question.id]})")
-            seen[question.id] = line_no
-            questions.append(question)
+    for line_no, line in _lines(file):
+        row = _parse_row(line, file, line_no)
+        question = _jsonl_question(row, f"{file.stem}-{len(questions)}", f"{file}:{line_no}")
+        if question.id in seen:
+            raise QuestionSetError(f"{file}:{line_no}: duplicate id {question.id!r} (first on line {seen[question.id]})")
+        seen[question.id] = line_no
+        questions.append(question)
+    _none_found(file, questions)
     return _apply_limit(questions, limit)
 
 
@@ -173,7 +195,10 @@ def _jsonl_question(row: dict[str, Any], default_id: str, where: str) -> Questio
         qid = default_id
     elif not isinstance(qid, (str, int)) or isinstance(qid, bool) or qid == "":
         raise QuestionSetError(f"{where}: 'id' must be a non-empty string or an integer, got {qid!r}")
-    return make_question(text, choices, gold, id=str(qid))
+    try:
+        return make_question(text, choices, gold, id=str(qid), source=where)
+    except (TypeError, ValueError) as error:  # e.g. a lone surrogate (\ud800 escapes are valid JSON)
+        raise QuestionSetError(f"{where}: {error}") from None
 
 
 def load_question_set(cfg: Any) -> list[Question]:

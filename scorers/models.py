@@ -105,12 +105,30 @@ def embedded_folder(name: str) -> Path:
 
 def resolve(spec: str) -> str:
     """The folder or hub id that `from_pretrained` should read for a spec."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ModelNotFoundError(f"model spec must be a non-empty string, got {spec!r}")
     if spec in EMBEDDED:
         return str(embedded_folder(spec))
-    if Path(spec).expanduser().is_dir():
-        return str(Path(spec).expanduser())
-    if spec.count("/") == 1 and not spec.startswith((".", "/", "~")):
-        return spec  # a hub id
+    folder = Path(spec).expanduser()
+    if folder.is_dir():
+        if not (folder / "config.json").is_file():
+            contents = sorted(p.name for p in folder.iterdir())[:5]
+            raise ModelNotFoundError(
+                f"model folder {spec!r} has no config.json ({'it is empty' if not contents else 'it holds ' + ', '.join(contents)}): "
+                f"not a Hugging Face model folder; point model at a folder written by save_pretrained "
+                f"(config.json, tokenizer files, *.safetensors)"
+            )
+        return str(folder)
+    if folder.exists():
+        raise ModelNotFoundError(f"model spec {spec!r} is a file, not a folder: pass the folder that holds config.json")
+    if spec.count("/") == 1 and not spec.startswith((".", "/", "~")) and not spec.endswith("/") \
+            and not folder.parent.is_dir():
+        return spec  # a hub id (owner/name); a path whose parent folder exists here is taken as a missing folder
+    if "/" in spec or spec.startswith((".", "~")):
+        raise ModelNotFoundError(
+            f"model folder {spec!r} does not exist (resolved to {folder.resolve()}); "
+            f"check the path, or write a hub id as owner/name"
+        )
     close = difflib.get_close_matches(spec, EMBEDDED, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     raise ModelNotFoundError(

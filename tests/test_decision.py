@@ -67,7 +67,7 @@ def test_response_object_has_sorted_fields():
         (dict(context="x", candidates=["a", "a"], kind="ordinal"), "ordinal candidate texts must be distinct"),
         (dict(context="x", candidates=["a"], kind="multi"), "unknown question kind 'multi'"),
         (dict(context="", candidates=["a"]), "question context is empty"),
-        (dict(context=[{"role": "user"}], candidates=["a"]), "needs 'role' and 'content'"),
+        (dict(context=[{"role": "user"}], candidates=["a"]), r"chat message 0 .*lacks 'content'"),
         (dict(context="x", candidates=["a", "b"], labels=["A"]), "labels must match the candidates"),
         (dict(context="x", candidates=["a", "b"], labels=["A", "A"]), "labels must be distinct"),
     ],
@@ -82,3 +82,33 @@ def test_unknown_gold_is_refused():
         decide(Question(context="x", candidates=["a", "b"], labels=["A", "B"], gold="Z"), [-1.0, -1.0])
     with pytest.raises(ValueError, match="gold index 5 is out of range"):
         decide(Question(context="x", candidates=["a", "b"], gold=5), [-1.0, -1.0])
+
+
+def test_gold_nll_is_finite_when_the_gold_probability_underflows():
+    q = Question(context="x", candidates=["a", "b", "a"], labels=["A", "B", "C"], gold="A")
+    d = decide(q, [-1000.0, 0.0, -1001.0])
+    assert d.probs[0] == 0.0 and d.probs[2] == 0.0  # exp underflows in float64
+    expected = -(math.log(math.exp(0.0) + math.exp(-1.0)) - 1000.0)  # log-sum-exp over the two gold labels
+    assert d.gold_nll == pytest.approx(expected, rel=1e-12)
+    assert math.isfinite(d.to_dict()["gold_nll"])
+
+
+def test_gold_nll_uses_the_corrected_scores_and_temperature():
+    q = Question(context="x", candidates=["a", "bb"], gold=1)
+    d = make_decision(q, q.candidates, [-2.0, -4.0], Usage(), normalization="byte", temperature=2.0)
+    assert d.logprobs == (-2.0, -4.0) and d.corrected == (-2.0, -2.0)
+    assert d.probs == pytest.approx((0.5, 0.5)) and d.gold_nll == pytest.approx(math.log(2))
+
+
+def test_corrections_need_their_inputs():
+    q = Question(context="x", candidates=["a", "b"])
+    with pytest.raises(ValueError, match="normalization 'token' needs each candidate's token count"):
+        make_decision(q, q.candidates, [-1.0, -2.0], Usage(), normalization="token")
+    with pytest.raises(ValueError, match="normalization 'pmi' needs each candidate's prior log-likelihood"):
+        make_decision(q, q.candidates, [-1.0, -2.0], Usage(), normalization="pmi")
+    with pytest.raises(ValueError, match="unknown normalization 'mean'"):
+        make_decision(q, q.candidates, [-1.0, -2.0], Usage(), normalization="mean")
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        make_decision(q, q.candidates, [-1.0, -2.0], Usage(), temperature=0.0)
+    d = make_decision(q, q.candidates, [-1.0, -3.0], Usage(), normalization="contextual", prior_logprobs=[-0.5, -4.0])
+    assert d.corrected == (-0.5, 1.0) and d.choice == 1 and d.to_dict()["prior_logprobs"] == [-0.5, -4.0]

@@ -85,7 +85,8 @@ def test_observation_is_screen_and_visible_status_only(scenario):
         game = environment._game
         for hidden in ("depth_buffer", "labels_buffer", "automap_buffer", "objects_info", "sectors_info"):
             assert not getattr(game, f"is_{hidden}_enabled")(), hidden
-        assert set(info) == {"engine_restarts", "status"} and info["status"] is obs["status"]
+        assert set(info) == {"engine_restarts", "status"} and info["status"] == obs["status"]
+        assert info["status"] is not obs["status"]  # a copy: editing one never changes the other
     finally:
         environment.close()
 
@@ -170,3 +171,110 @@ def test_step_before_reset_and_bad_action(env):
     env.reset(seed=0)
     with pytest.raises(ValueError, match="invalid action 9"):
         env.step(9)
+
+
+RUNNER = """
+import sys, time
+from jetgym.envs.vizdoom import DoomEnv
+env = DoomEnv("basic", frame_skip=4)
+env.reset(seed=0)
+print(env.engine_pid, flush=True)
+time.sleep(120)
+"""
+
+
+def wait_gone(pid: int, seconds: float = 10.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process_gone(pid):
+            return True
+        time.sleep(0.05)
+    return process_gone(pid)
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL, signal.SIGINT], ids=["SIGTERM", "SIGKILL", "SIGINT"])
+def test_engine_dies_with_its_runner_however_it_ends(stop):
+    import subprocess
+    import sys
+
+    runner = subprocess.Popen([sys.executable, "-c", RUNNER], stdout=subprocess.PIPE, text=True)
+    try:
+        engine = int(runner.stdout.readline())
+        assert not process_gone(engine)
+        runner.send_signal(stop)
+        runner.wait(timeout=10)
+        assert wait_gone(engine), f"the vizdoom engine {engine} outlived its runner stopped by {stop.name}"
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+
+
+def test_clean_close_releases_the_watchdog(env):
+    env.reset(seed=0)
+    engine, watchdog = env.engine_pid, env._watchdog.process
+    env.close()
+    assert process_gone(engine) and watchdog.poll() == 0
+
+
+def test_observations_are_never_shared_objects():
+    import warnings
+
+    from gymnasium.utils.passive_env_checker import env_data_reuse_passive_checker
+
+    one_step = DoomEnv("basic", frame_skip=4, episode_timeout=1)  # every episode ends on its first step
+    try:
+        first = one_step.reset(seed=0)
+        *second, truncated, info = one_step.step(0)
+        assert truncated
+        assert not np.shares_memory(first[0]["screen"], second[0]["screen"])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            env_data_reuse_passive_checker(first, (second[0], info), "reset", "step")
+            env_data_reuse_passive_checker((second[0], info), one_step.reset(seed=1), "step", "reset")
+        second[0]["screen"][:] = 7  # a caller's edit never reaches the env
+        assert not np.array_equal(one_step._last_obs["screen"], second[0]["screen"])
+    finally:
+        one_step.close()
+
+
+def engines_of(pid: int) -> set[int]:
+    """Live `vizdoom` processes whose parent is `pid`."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as file:
+                    stat = file.read()
+            except OSError:
+                continue
+            name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+            if name == "vizdoom" and rest[1] == str(pid) and rest[0] not in "ZX":
+                found.add(int(entry))
+    return found
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_stopping_jetgym_episode_leaves_no_engine(tmp_path, stop):
+    import subprocess
+    import sys
+    import time
+
+    runner = subprocess.Popen([sys.executable, "-m", "jetgym.scripts.episode", "agent=random", "episodes=1000",
+                               "video=false", f"output_dir={tmp_path}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 90
+        while not engines_of(runner.pid) and time.monotonic() < deadline and runner.poll() is None:
+            time.sleep(0.1)
+        engines = engines_of(runner.pid)
+        assert engines, "jetgym-episode started no engine"
+        time.sleep(0.5)  # a few steps in
+        runner.send_signal(stop)
+        runner.wait(timeout=10)
+        assert all(wait_gone(pid) for pid in engines), f"engine(s) {engines} outlived jetgym-episode stopped by {stop.name}"
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
