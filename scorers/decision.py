@@ -1,10 +1,11 @@
-"""The JET decision rule: candidate log-likelihoods -> normalized distribution -> choice."""
+"""The JET decision rule: candidate log-likelihoods -> (optional correction) -> normalized distribution -> choice."""
 
 from __future__ import annotations
 
 import math
 from typing import Sequence
 
+from .priors import corrected_scores
 from .types import Decision, Question, Usage
 
 
@@ -40,19 +41,34 @@ def resolve_gold(question: Question, labels: Sequence[str]) -> int | None:
 
 
 def make_decision(question: Question, candidates: Sequence[str], logprobs: Sequence[float], usage: Usage,
-                  trace: str | None = None) -> Decision:
-    """Apply the decision rule of the question's kind to the candidates' log-likelihoods."""
+                  trace: str | None = None, *, normalization: str = "none",
+                  token_counts: Sequence[int] | None = None, prior_logprobs: Sequence[float] | None = None,
+                  temperature: float = 1.0, prior_usage: Usage | None = None) -> Decision:
+    """Apply the decision rule of the question's kind to the candidates' log-likelihoods.
+
+    `normalization` corrects the scores first (`jetgym.scorers.priors.corrected_scores`: `token` needs the
+    candidates' `token_counts`, `contextual`/`pmi` their `prior_logprobs`); probs = softmax(scores /
+    temperature). The raw `logprobs` are kept unchanged in the decision."""
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
     labels = question.labels or tuple(str(i) for i in range(len(candidates)))
-    probs = normalize(logprobs)
+    raw = tuple(float(lp) for lp in logprobs)
+    scores = corrected_scores(normalization, raw, candidates, token_counts, prior_logprobs)
+    probs = normalize([s / temperature for s in scores] if temperature != 1.0 else scores)
     return Decision(
         kind=question.kind,
         candidates=tuple(candidates),
         labels=tuple(labels),
-        logprobs=tuple(float(lp) for lp in logprobs),
+        logprobs=raw,
         probs=probs,
         choice=first_argmax(probs),
         usage=usage,
         gold=resolve_gold(question, labels),
         id=question.id,
         trace=trace,
+        scores=None if normalization == "none" else scores,
+        normalization=normalization,
+        temperature=float(temperature),
+        prior_logprobs=None if prior_logprobs is None else tuple(float(p) for p in prior_logprobs),
+        prior_usage=prior_usage,
     )

@@ -8,6 +8,7 @@ from typing import ClassVar, Sequence
 from .base import ScorerBase
 from .decision import make_decision
 from .options import ScorerOptions
+from .priors import Corrections
 from .prompts import EncodedQuestion
 from .types import Decision, Question, validate_candidates
 
@@ -65,6 +66,7 @@ class JetScorer(ScorerBase):
 
             model = load_model(model, self.options.placement)
         self.loaded = model
+        self.corrections = Corrections(self.options)  # normalization, temperature, cached candidate priors
 
     def describe(self) -> dict:
         return {**super().describe(), "schedule_used": self.schedule}
@@ -117,7 +119,8 @@ class JetScorer(ScorerBase):
         """Run the model on prepared questions and apply the decision rule."""
         from . import execution
 
-        encoded = [p.encoded for p in prepared]
+        extra = self.corrections.prior_questions(self.loaded, [p.unique for p in prepared])
+        encoded = [p.encoded for p in prepared] + extra  # candidate priors run with the questions
         model, schedule = self.loaded.model, self.schedule
         if schedule == "packed":
             scored = execution.score_packed_many(model, encoded, self.options.max_batch_tokens)
@@ -129,11 +132,15 @@ class JetScorer(ScorerBase):
             scored = [execution.score_batched(model, e, self.options.max_batch_tokens) for e in encoded]
         else:
             scored = [execution.score_independent(model, e) for e in encoded]
+        self.corrections.take(scored[len(prepared):])
         decisions = []
         for item, result in zip(prepared, scored):
             by_text = dict(zip(item.unique, result.logprobs))
             logprobs = [by_text[text] for text in item.candidates]
-            decisions.append(make_decision(item.question, item.candidates, logprobs, result.work.usage(), item.trace))
+            lengths = dict(zip(item.unique, map(len, item.encoded.continuations)))
+            corrections = self.corrections.arguments(item.candidates, [lengths[text] for text in item.candidates])
+            decisions.append(make_decision(item.question, item.candidates, logprobs, result.work.usage(), item.trace,
+                                           **corrections))
         return decisions
 
     def _reasoning_trace(self, question: Question, context_ids: list[int]) -> tuple[str, list[int]]:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 from .placement import Placement
+from .priors import NORMALIZATIONS
 from .prompts import TEMPLATES
 from .registry import check_choice
 from .types import DEFAULT_BINARY_TEXTS, validate_candidates
@@ -20,6 +22,15 @@ class ScorerOptions:
     template: `chat` (the model's chat template; the candidate follows the assistant prefix) or `none`.
     max_batch_tokens: the most tokens one continuation call takes; larger sets run in groups.
     binary_texts: the (false, true) candidate texts of binary questions without candidates.
+    normalization: the candidate-prior correction of the scores before the softmax (the raw
+        log-likelihoods are kept unchanged beside them): `none` (the JET rule), `token` (mean log-prob per
+        token), `byte` (per UTF-8 byte), `contextual` (divide by the candidate's likelihood under a
+        content-free context) or `pmi` (subtract its log-likelihood under a neutral premise); see
+        `jetgym.scorers.priors`.
+    neutral_premise: the reference context of `contextual` and `pmi` (default "N/A" and "Answer:"; unused by
+        the other normalizations).
+    temperature: probs = softmax(scores / temperature); a temperature fitted on held-out questions
+        (`jetgym-calibrate-probs`) calibrates the probabilities without changing any choice.
     """
 
     SCHEDULES: ClassVar[tuple[str, ...]] = ("auto",)
@@ -30,6 +41,9 @@ class ScorerOptions:
     template: str = "chat"
     max_batch_tokens: int = 1024
     binary_texts: tuple[str, str] = DEFAULT_BINARY_TEXTS
+    normalization: str = "none"
+    neutral_premise: str | None = None
+    temperature: float = 1.0
 
     def __post_init__(self):
         object.__setattr__(self, "placement", Placement.of(self.placement))
@@ -43,3 +57,11 @@ class ScorerOptions:
             raise ValueError(f"binary_texts must be a (false, true) pair of texts, got the string {self.binary_texts!r}")
         object.__setattr__(self, "binary_texts", tuple(self.binary_texts))
         validate_candidates(self.binary_texts, "binary")
+        check_choice("normalization", self.normalization, NORMALIZATIONS)
+        if self.neutral_premise is not None:
+            if not isinstance(self.neutral_premise, str) or not self.neutral_premise.strip():
+                raise ValueError(f"neutral_premise must be a non-empty text, got {self.neutral_premise!r}")
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) \
+                or not math.isfinite(self.temperature) or self.temperature <= 0:
+            raise ValueError(f"temperature must be a finite number > 0, got {self.temperature!r}")
+        object.__setattr__(self, "temperature", float(self.temperature))

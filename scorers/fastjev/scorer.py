@@ -10,6 +10,7 @@ from typing import Sequence
 
 from jetgym.scorers.base import ScorerBase
 from jetgym.scorers.decision import make_decision
+from jetgym.scorers.priors import Corrections
 from jetgym.scorers.prompts import EncodedQuestion
 from jetgym.scorers.types import Decision, Question, validate_candidates
 
@@ -46,6 +47,7 @@ class FastJevScorer(ScorerBase):
 
             model = load_model(model, self.options.placement)
         self.loaded = model
+        self.corrections = Corrections(self.options)  # normalization, temperature, cached candidate priors
         self.n_layers = len(decoder_layers(model.model))
         if model.kind == "vision":
             raise ValueError(f"model {spec!r} is a vision-language model: fastjev scores text-only causal LMs")
@@ -126,6 +128,10 @@ class FastJevScorer(ScorerBase):
 
     def score(self, prepared: Sequence[Encoded]) -> list[Decision]:
         """Decisions in the same order; packed questions share forward calls."""
-        scored = self.score_encoded([p.encoded for p in prepared])
-        return [make_decision(p.question, p.candidates, result.logprobs, result.work.usage())
+        extra = self.corrections.prior_questions(self.loaded, [p.candidates for p in prepared])
+        scored = self.score_encoded([p.encoded for p in prepared] + extra)  # candidate priors run with the questions
+        del self.last_plans[len(prepared):]
+        self.corrections.take(scored[len(prepared):])
+        return [make_decision(p.question, p.candidates, result.logprobs, result.work.usage(),
+                              **self.corrections.arguments(p.candidates, [len(c) for c in p.encoded.continuations]))
                 for p, result in zip(prepared, scored)]

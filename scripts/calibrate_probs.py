@@ -1,0 +1,145 @@
+"""`jetgym-calibrate-probs`: fit one temperature on held-out questions; report calibration before and after.
+
+The fit set is never the evaluated set: by default `size` MMLU test questions evenly spaced over the items
+outside the evaluation subset `exclude_subset` (the same pool as `jetgym-calibrate`), scored here with the
+configured scorer (its `normalization` included); or `fit_responses`, a responses.jsonl (or run folder) of
+held-out questions already scored. `evaluate` (optional) is the responses.jsonl (or run folder) of the
+evaluated run: its ids must not occur in the fit set, and its rows must carry the same normalization.
+
+Writes into the run folder: fit_responses.jsonl (when scored here), calibration.json (the temperature, and
+accuracy / gold NLL / ECE / Brier / reliability bins before (T = 1) and after, on the fit set and on the
+evaluated set), reliability_fit.png, reliability_eval.png and report.md. Use the temperature with
+`scorer.temperature=<T>` (choices never change; probabilities do).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import hydra
+from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
+
+from jetgym.questions import metrics as M
+from jetgym.scripts.config import CONFIG_PATH, ModelConfig, PlacementConfig, ScorerConfig, build_scorer, to_config
+
+RESPONSES = "responses.jsonl"
+
+
+@dataclass
+class CalibrateProbsConfig:
+    """size: held-out questions scored for the fit (ignored with fit_responses); bins: ECE / diagram bins;
+    output_dir: the run folder (null: Hydra's run dir)."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
+    scorer: ScorerConfig = field(default_factory=ScorerConfig)
+    size: int = 285
+    exclude_subset: str = "per_subject_5"
+    fit_responses: Optional[str] = None
+    evaluate: Optional[str] = None
+    bins: int = M.DEFAULT_BINS
+    chunk_size: int = 16
+    output_dir: Optional[str] = None
+
+    def __post_init__(self):
+        for name in ("size", "bins", "chunk_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+ConfigStore.instance().store(name="calibrate_probs_schema", node=CalibrateProbsConfig)
+
+
+def read_rows(path: str | Path) -> list[dict]:
+    """Response rows from a responses.jsonl or a run folder holding one."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / RESPONSES
+    if not path.is_file():
+        raise FileNotFoundError(f"no responses file at {path}")
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def score_held_out(config: CalibrateProbsConfig, out: Path) -> list[dict]:
+    """Score the held-out pool with the configured scorer; rows also go to fit_responses.jsonl."""
+    from tqdm import tqdm
+
+    from jetgym.scripts.calibrate import calibration_questions
+
+    questions, _ = calibration_questions(config.size, config.exclude_subset)
+    scorer = build_scorer(config)
+    rows = []
+    with open(out / "fit_responses.jsonl", "w", encoding="utf-8") as sink, tqdm(total=len(questions), unit="q",
+                                                                              desc="held-out") as bar:
+        for start in range(0, len(questions), config.chunk_size):
+            chunk = scorer.decide_many(questions[start:start + config.chunk_size])
+            for decision in chunk:
+                row = decision.to_dict()
+                rows.append(row)
+                sink.write(json.dumps(row, sort_keys=True) + "\n")
+            bar.update(len(chunk))
+    return rows
+
+
+def normalization_of(rows: list[dict]) -> set[str]:
+    return {r.get("normalization", "none") for r in rows}
+
+
+def calibrate_probs(config: CalibrateProbsConfig, out: Path) -> dict:
+    """Fit the temperature on the held-out rows and measure before / after; returns calibration.json's content."""
+    out.mkdir(parents=True, exist_ok=True)
+    fit_rows = read_rows(config.fit_responses) if config.fit_responses else score_held_out(config, out)
+    eval_rows = read_rows(config.evaluate) if config.evaluate else None
+    if eval_rows is not None:
+        shared = sorted({r["id"] for r in fit_rows} & {r["id"] for r in eval_rows})
+        if shared:
+            raise ValueError(f"the fit set and the evaluated set share {len(shared)} questions (e.g. {shared[0]!r}): "
+                             "a temperature is never fitted on the evaluated questions")
+        if normalization_of(fit_rows) != normalization_of(eval_rows):
+            raise ValueError(f"the fit responses were scored with normalization {sorted(normalization_of(fit_rows))} "
+                             f"and the evaluated ones with {sorted(normalization_of(eval_rows))}: use the same scorer")
+    scores, gold = M.graded(fit_rows)
+    temperature = M.fit_temperature(scores, gold)
+    result = {"temperature": temperature, "normalization": sorted(normalization_of(fit_rows)),
+              "fit": {"before": M.metrics(scores, gold, 1.0, config.bins),
+                      "after": M.metrics(scores, gold, temperature, config.bins)}}
+    M.plot_reliability({"uncalibrated": result["fit"]["before"], "temperature-scaled": result["fit"]["after"]},
+                       out / "reliability_fit.png", "Reliability: fit (held-out) set")
+    if eval_rows is not None:
+        e_scores, e_gold = M.graded(eval_rows)
+        result["evaluate"] = {"before": M.metrics(e_scores, e_gold, 1.0, config.bins),
+                              "after": M.metrics(e_scores, e_gold, temperature, config.bins)}
+        M.plot_reliability({"uncalibrated": result["evaluate"]["before"], "temperature-scaled": result["evaluate"]["after"]},
+                           out / "reliability_eval.png", "Reliability: evaluated set")
+    (out / "calibration.json").write_text(json.dumps(result, sort_keys=True, indent=2, allow_nan=False) + "\n")
+    (out / "report.md").write_text(render_report(result))
+    return result
+
+
+def render_report(result: dict) -> str:
+    lines = [f"# Probability calibration: T = {result['temperature']:.4f}\n",
+             "| set | T | questions | accuracy | mean gold NLL | ECE | Brier |", "|---|---|---|---|---|---|---|"]
+    for name in ("fit", "evaluate"):
+        for when in ("before", "after"):
+            m = result.get(name, {}).get(when)
+            if m:
+                lines.append(f"| {name} | {m['temperature']:.4g} | {m['questions']} | {m['accuracy']:.4f} | "
+                             f"{m['mean_gold_nll']:.4f} | {m['ece']:.4f} | {m['brier']:.4f} |")
+    return "\n".join(lines) + f"\n\nUse it with `scorer.temperature={result['temperature']:.4f}`.\n"
+
+
+@hydra.main(config_path=CONFIG_PATH, config_name="calibrate_probs", version_base=None)
+def main(cfg) -> None:
+    """Console entry: `jetgym-calibrate-probs key=value ...`."""
+    config = to_config(cfg)
+    out = Path(config.output_dir or HydraConfig.get().runtime.output_dir)
+    result = calibrate_probs(config, out)
+    print(f"temperature {result['temperature']:.4f}; results in {out.resolve()}")
+
+
+if __name__ == "__main__":
+    main()
