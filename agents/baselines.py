@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import AGENTS, Act
+from .base import AGENTS, Act, AgentBase
 from .perception import find_blobs
 
 
@@ -13,21 +13,22 @@ def _act(candidates, index: int) -> Act:
 
 
 @AGENTS.register("random")
-class RandomAgent:
-    """Uniform over the candidates, seeded per episode."""
+class RandomAgent(AgentBase):
+    """Uniform over the (admissible) candidates, seeded per episode and slot."""
 
     def __init__(self):
-        self.rng = np.random.default_rng()
+        self.rngs: dict[int, np.random.Generator] = {}
 
-    def reset(self, seed: int | None = None) -> None:
-        self.rng = np.random.default_rng(seed)
+    def reset(self, seed: int | None = None, slot: int = 0) -> None:
+        self.rngs[slot] = np.random.default_rng(seed)
 
-    def act(self, observation, candidates) -> Act:
-        return _act(candidates, int(self.rng.integers(len(candidates.texts))))
+    def act_one(self, observation, candidates, slot: int) -> Act:
+        rng = self.rngs.setdefault(slot, np.random.default_rng())
+        return _act(candidates, int(rng.integers(len(candidates.texts))))
 
 
 @AGENTS.register("scripted")
-class ScriptedAgent:
+class ScriptedAgent(AgentBase):
     """A small hand-written policy on the same pixel features as `perception=describe`:
 
     something in the crosshair -> `attack` (or `move forward` when the status shows no ammo counter,
@@ -36,19 +37,22 @@ class ScriptedAgent:
     """
 
     def __init__(self):
-        self.turn = "turn_left"
+        self.turns: dict[int, str] = {}
 
-    def reset(self, seed: int | None = None) -> None:
-        self.turn = "turn_left"
+    def reset(self, seed: int | None = None, slot: int = 0) -> None:
+        self.turns[slot] = "turn_left"
 
-    def act(self, observation, candidates) -> Act:
+    def act_one(self, observation, candidates, slot: int) -> Act:
+        if not (isinstance(observation, dict) and {"screen", "status"} <= set(observation)):
+            raise ValueError("the scripted agent plays ViZDoom only (observation['screen'] and ['status']); "
+                             "use agent=scorer or agent=random on other envs")
         labels = list(candidates.labels)
         shooter = "ammo" in observation["status"]
         blobs = find_blobs(observation["screen"])
         if any(b.in_crosshair for b in blobs):
             label = "attack" if shooter and int(observation["status"]["ammo"]) > 0 else "move_forward"
         elif blobs:
-            label = self.turn = "turn_left" if blobs[0].x < 0.5 else "turn_right"
+            label = self.turns[slot] = "turn_left" if blobs[0].x < 0.5 else "turn_right"
         else:
-            label = self.turn if shooter else "move_forward"
+            label = self.turns.setdefault(slot, "turn_left") if shooter else "move_forward"
         return _act(candidates, labels.index(label))

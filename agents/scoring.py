@@ -1,18 +1,18 @@
-"""`scorer`: the agent that asks a candidate scorer which control to use."""
+"""`scorer`: the agent that asks a candidate scorer which action to take, on any env with discrete actions."""
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Literal
+from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
 from jetgym.scorers import Question
 from jetgym.scorers.registry import check_choice
 
-from .base import AGENTS, Act
-from .perception import describe
+from .base import AGENTS, Act, check_batch
+from .describers import env_attr, infer_space, is_image, make_describer
 from .prompt import question_text
 
 Perception = Literal["none", "describe"]
@@ -23,50 +23,103 @@ POLICIES = ("argmax", "sample")
 
 @AGENTS.register("scorer")
 class ScorerAgent:
-    """Builds a question from the observation, asks `scorer.decide_many([question])`, acts on the distribution.
+    """Builds a question from the observation, asks the scorer (`decide_many`), acts on the distribution.
 
-    task: the scenario briefing (fixed text); memory: how many of its own last actions are quoted;
-    perception: `none` (status only) or `describe` (adds `jetgym.agents.perception.describe` of the screen);
-    policy: `argmax` (the scorer's choice) or `sample` (seeded, from softmax(logprobs / temperature));
-    screenshot: attach the screen as the question's image (vision-language models only).
+    The question: the task text, the observation as text (a describer), the agent's last `memory` actions and
+    the candidate texts; the scorer returns a distribution over the admissible candidates only.
+
+    scorer: any `jetgym.scorers` scorer; task: fixed text (default: the env's `task` attribute when `env` is
+    given); memory: how many of its own last actions are quoted; describer: `auto`, a registered name
+    (`jetgym.agents.describers.DESCRIBERS`) or a callable `observation -> str`; perception: for image
+    observations, `describe` (a sentence from the pixels) or `none`; policy: `argmax` (the scorer's choice) or
+    `sample` (seeded per episode and slot, from softmax(logprobs / temperature)); screenshot: attach the image
+    observation as the question's image (vision-language models only); env / observation_space: where the
+    describer reads the space (and env-provided describers, names and maps) from; without either, the space
+    is inferred from the first observation.
     """
 
-    def __init__(self, scorer, task: str = "", memory: int = 4, perception: Perception = "describe",
-                 policy: Policy = "argmax", temperature: float = 1.0, screenshot: bool = False):
+    def __init__(self, scorer, task: str | None = None, memory: int = 4, describer: str | Callable = "auto",
+                 perception: Perception = "describe", policy: Policy = "argmax", temperature: float = 1.0,
+                 screenshot: bool = False, env=None, observation_space=None, digits: int = 4):
         check_choice("perception", perception, PERCEPTIONS)
         check_choice("policy", policy, POLICIES)
         if memory < 0:
             raise ValueError(f"memory must be >= 0, got {memory}")
         if not temperature > 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
-        self.scorer, self.task, self.memory = scorer, task, memory
+        if digits < 1:
+            raise ValueError(f"digits must be >= 1, got {digits}")
+        self.scorer, self.memory = scorer, memory
+        self.task = (env_attr(env, "task", "") or "") if task is None else task
         self.perception, self.policy, self.temperature, self.screenshot = perception, policy, temperature, screenshot
-        self.recent: deque[str] = deque(maxlen=memory)
-        self.rng = np.random.default_rng()
+        self.digits = digits
+        self._spec, self._env = describer, env
+        if not (callable(describer) or isinstance(describer, str)):
+            raise TypeError(f"describer must be a name or a callable observation -> str, got {type(describer).__name__}")
+        space = observation_space
+        if space is None and env is not None:
+            space = getattr(env, "single_observation_space", None) or env.observation_space
+        self.describer = None if space is None and not callable(describer) else self._build(space)
+        self.recent: dict[int, deque[str]] = {}
+        self.rngs: dict[int, np.random.Generator] = {}
 
-    def reset(self, seed: int | None = None) -> None:
-        self.recent = deque(maxlen=self.memory)
-        self.rng = np.random.default_rng(seed)
+    def _build(self, space):
+        return make_describer(self._spec, space, self._env, self.perception, self.digits)
 
-    def question(self, observation, candidates) -> Question:
-        """The scorer question for this observation: only the screen, the status, own actions, controls."""
-        seen = describe(observation["screen"]) if self.perception == "describe" else None
-        text = question_text(self.task, observation["status"], list(self.recent), candidates.texts, seen)
-        images = (observation["screen"],) if self.screenshot else ()
+    def describe(self, observation) -> str:
+        """The observation as text (the describer is built from the first observation when no space was given)."""
+        if self.describer is None:
+            self.describer = self._build(infer_space(observation))
+        return self.describer(observation)
+
+    def reset(self, seed: int | None = None, slot: int = 0) -> None:
+        self.recent[slot] = deque(maxlen=self.memory)
+        self.rngs[slot] = np.random.default_rng(seed)
+
+    def question(self, observation, candidates, slot: int = 0) -> Question:
+        """The scorer question for this observation: only the observation's text, own actions, the candidates."""
+        recent = list(self.recent.get(slot, ()))
+        text = question_text(self.task, self.describe(observation), recent, candidates.texts)
+        images = _images(observation) if self.screenshot else ()
         return Question(context=text, candidates=candidates.texts, labels=candidates.labels, images=images)
 
-    def act(self, observation, candidates) -> Act:
-        question = self.question(observation, candidates)
-        decision = self.scorer.decide_many([question])[0]
-        index = decision.choice if self.policy == "argmax" else self._sample(decision.logprobs)
+    def act(self, observation, candidates, slot: int = 0) -> Act:
+        return self.act_many([observation], [candidates], [slot])[0]
+
+    def act_many(self, observations: Sequence[Any], candidate_sets: Sequence[Any],
+                 slots: Sequence[int] | None = None) -> list[Act]:
+        """One `scorer.decide_many` call for the whole batch (one question per sub-env)."""
+        slots = check_batch(observations, candidate_sets, slots)
+        if not slots:
+            return []
+        questions = [self.question(o, c, s) for o, c, s in zip(observations, candidate_sets, slots)]
+        decisions = self.scorer.decide_many(questions)
+        return [self._choose(q, d, c, s) for q, d, c, s in zip(questions, decisions, candidate_sets, slots)]
+
+    def _choose(self, question: Question, decision, candidates, slot: int) -> Act:
+        index = decision.choice if self.policy == "argmax" else self._sample(decision.logprobs, slot)
         if self.memory:
-            self.recent.append(candidates.texts[index])
+            self.recent.setdefault(slot, deque(maxlen=self.memory)).append(candidates.texts[index])
         usage = decision.usage.to_dict() if hasattr(decision.usage, "to_dict") else None
         return Act(index, candidates.actions[index], candidates.labels[index], candidates.texts[index],
                    tuple(decision.probs), tuple(decision.logprobs), question.context, usage)
 
-    def _sample(self, logprobs) -> int:
+    def _sample(self, logprobs, slot: int) -> int:
         scaled = [lp / self.temperature for lp in logprobs]
         top = max(scaled)
         weights = np.array([math.exp(s - top) for s in scaled])
-        return int(self.rng.choice(len(weights), p=weights / weights.sum()))
+        rng = self.rngs.setdefault(slot, np.random.default_rng())
+        return int(rng.choice(len(weights), p=weights / weights.sum()))
+
+
+def _images(observation) -> tuple:
+    """The image(s) in an observation: the value itself, or `screen`/image entries of a dict."""
+    if isinstance(observation, dict):
+        if "screen" in observation:
+            return (observation["screen"],)
+        return tuple(v for v in observation.values() if isinstance(v, np.ndarray) and _looks_like_image(v))
+    return (observation,) if isinstance(observation, np.ndarray) and _looks_like_image(observation) else ()
+
+
+def _looks_like_image(array: np.ndarray) -> bool:
+    return is_image(infer_space(array))

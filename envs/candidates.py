@@ -1,17 +1,31 @@
-"""`CandidateActions`: a Gymnasium wrapper that puts the action texts in `info["candidates"]`.
+"""`CandidateActions`: a Gymnasium wrapper that puts the admissible actions, as texts, in `info["candidates"]`.
 
-It sits on any env with a `Discrete` action space; observations, rewards and actions pass through
-untouched. The texts come from the argument or from the env's `controls` (objects with `label` and
-`text`, as `jetgym.envs.vizdoom.CONTROLS`).
+It sits on any env with a `Discrete` action space; observations, rewards and actions pass through untouched.
+Texts come from, in order: the `texts` argument; the env's own `controls` (objects with `label` and `text`, as
+`jetgym.envs.vizdoom.CONTROLS`); its Atari-style `get_action_meanings()`; else `action 0 … action n-1`, with a
+warning. At every reset and step the candidate set holds only the actions allowed now: an action mask in
+`info["action_mask"]` (as Taxi-v4 gives) or from an `action_masks()` method (the sb3-contrib convention) drops
+the masked ones, keeping the action order. The wrapper publishes the mask it used as `info["action_mask"]`
+(int8, all ones when the env masks nothing) and answers `action_masks()` itself, so masking learners work on
+the wrapped env too. A step where every action is masked is an error.
+
+Vector envs: wrap the sub-envs, not the vector env (`make_vector_env(id, num_envs, ...)` does it); the vector
+env's `info["candidates"]` is then an object array with one `CandidateSet` per sub-env (mask `info["_candidates"]`).
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Literal, Sequence
 
 import gymnasium as gym
+import numpy as np
 from gymnasium import spaces
+
+AutoReset = Literal["disabled", "next_step", "same_step"]
+AUTORESET_MODES = {"disabled": gym.vector.AutoresetMode.DISABLED, "next_step": gym.vector.AutoresetMode.NEXT_STEP,
+                   "same_step": gym.vector.AutoresetMode.SAME_STEP}
 
 
 @dataclass(frozen=True)
@@ -34,30 +48,117 @@ class CandidateSet:
         if len(set(self.texts)) != len(self.texts) or len(set(self.labels)) != len(self.labels):
             raise ValueError(f"candidate texts and labels must be distinct, got {list(self.texts)} / {list(self.labels)}")
 
+    def subset(self, mask: np.ndarray) -> "CandidateSet":
+        """The candidates whose entry of `mask` (one per candidate, in order) is nonzero."""
+        keep = [i for i, allowed in enumerate(mask) if allowed]
+        return CandidateSet(tuple(self.texts[i] for i in keep), tuple(self.labels[i] for i in keep),
+                            tuple(self.actions[i] for i in keep))
+
+
+def action_texts(env: gym.Env, n: int, texts: Sequence[str] | None = None,
+                 labels: Sequence[str] | None = None) -> tuple[list[str], list[str]]:
+    """(texts, labels) of the `n` actions: the argument, the env's `controls`, `get_action_meanings()`, or a fallback."""
+    if texts is None:
+        controls = getattr(env.unwrapped, "controls", None)
+        meanings = getattr(env.unwrapped, "get_action_meanings", None)
+        if controls is not None:
+            texts = [c.text for c in controls]
+            labels = [c.label for c in controls] if labels is None else labels
+        elif callable(meanings):
+            names = list(meanings())
+            texts = [name.lower().replace("_", " ") for name in names]
+            labels = names if labels is None else labels
+        else:
+            warnings.warn(f"{_name(env)} has no action texts (no `controls`, no get_action_meanings()): the candidates "
+                          f"are 'action 0' ... 'action {n - 1}', which tell a language model nothing; pass "
+                          f"texts=[...] (CLI: 'env.action_texts=[...]')", stacklevel=3)
+            texts = [f"action {i}" for i in range(n)]
+    texts = [str(t) for t in texts]
+    labels = [str(i) for i in range(n)] if labels is None else [str(label) for label in labels]
+    if len(texts) != n:
+        raise ValueError(f"{len(texts)} candidate texts for {n} actions")
+    if len(labels) != n:
+        raise ValueError(f"{len(labels)} candidate labels for {n} actions")
+    return texts, labels
+
+
+def _name(env) -> str:
+    spec = getattr(env, "spec", None)
+    return spec.id if spec is not None and spec.id else type(env.unwrapped).__name__
+
 
 class CandidateActions(gym.Wrapper):
-    """Adds `info["candidates"]` (a `CandidateSet`) on reset and on every step."""
+    """Adds `info["candidates"]` (a `CandidateSet` of the admissible actions) and `info["action_mask"]` (int8)
+    on reset and on every step."""
 
     def __init__(self, env: gym.Env, texts: Sequence[str] | None = None, labels: Sequence[str] | None = None):
+        if isinstance(env, gym.vector.VectorEnv) or hasattr(env, "num_envs"):
+            raise TypeError("CandidateActions wraps single envs: wrap each sub-env, e.g. "
+                            "jetgym.envs.candidates.make_vector_env(env_id, num_envs, texts=[...]) or "
+                            "gymnasium.make_vec(env_id, num_envs, wrappers=[lambda e: CandidateActions(e, texts)])")
         super().__init__(env)
+        if isinstance(env.action_space, spaces.Box):
+            raise TypeError(f"CandidateActions needs a Discrete action space, got {env.action_space}: discretize it "
+                            f"first, e.g. CandidateActions(gymnasium.wrappers.DiscretizeAction(env, bins=5), texts=[...])")
         if not isinstance(env.action_space, spaces.Discrete):
             raise TypeError(f"CandidateActions needs a Discrete action space, got {env.action_space}")
         n, start = int(env.action_space.n), int(env.action_space.start)
-        controls = getattr(env.unwrapped, "controls", None)
-        if texts is None:
-            if controls is None:
-                raise ValueError("pass texts=[...] (one per action): the env has no `controls` to read them from")
-            texts = [c.text for c in controls]
-            labels = [c.label for c in controls] if labels is None else labels
-        labels = [str(i) for i in range(n)] if labels is None else labels
-        if len(texts) != n:
-            raise ValueError(f"{len(texts)} candidate texts for {n} actions")
+        texts, labels = action_texts(env, n, texts, labels)
         self.candidates = CandidateSet(tuple(texts), tuple(labels), tuple(range(start, start + n)))
+        self.mask = np.ones(n, np.int8)
+
+    def action_masks(self) -> np.ndarray:
+        """The current mask, one int8 per action (sb3-contrib's convention)."""
+        return self.mask.copy()
+
+    def _env_mask(self, info: dict) -> np.ndarray | None:
+        if "action_mask" in info:
+            return np.asarray(info["action_mask"])
+        try:
+            method = self.env.get_wrapper_attr("action_masks")
+        except AttributeError:
+            return None
+        return np.asarray(method()) if callable(method) else None
+
+    def _with_candidates(self, info: dict) -> dict:
+        n = len(self.candidates.actions)
+        mask = self._env_mask(info)
+        if mask is None:
+            mask = np.ones(n, np.int8)
+        mask = mask.reshape(-1)
+        if mask.shape != (n,):
+            raise ValueError(f"the action mask has shape {mask.shape}, the action space has {n} actions")
+        self.mask = (mask != 0).astype(np.int8)
+        if not self.mask.any():
+            raise ValueError(f"every action of {_name(self.env)} is masked at this step: there is no admissible "
+                             "candidate (check the env's action_mask / action_masks())")
+        candidates = self.candidates if self.mask.all() else self.candidates.subset(self.mask)
+        return {**info, "candidates": candidates, "action_mask": self.mask.copy()}
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
-        return obs, {**info, "candidates": self.candidates}
+        return obs, self._with_candidates(info)
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
-        return obs, reward, terminated, truncated, {**info, "candidates": self.candidates}
+        return obs, reward, terminated, truncated, self._with_candidates(info)
+
+
+def make_vector_env(env_id: str, num_envs: int, texts: Sequence[str] | None = None, labels: Sequence[str] | None = None,
+                    mode: Literal["sync", "async"] = "sync", autoreset: AutoReset = "disabled",
+                    env_wrappers: Sequence[Any] = (), **kwargs) -> gym.vector.VectorEnv:
+    """`num_envs` copies of `env_id` (made with `kwargs`), each wrapped with `CandidateActions`, as a Sync or
+    Async vector env. autoreset: `disabled` (the default: `jetgym.agents.rollout` resets each finished sub-env
+    with the next episode's seed, so episode n always has seed seed+n), `next_step` or `same_step`.
+    env_wrappers: applied to each sub-env before `CandidateActions` (e.g. DiscretizeAction)."""
+    from functools import partial
+
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    if mode not in ("sync", "async"):
+        raise ValueError(f"unknown vector mode {mode!r}; known: sync, async")
+    if autoreset not in AUTORESET_MODES:
+        raise ValueError(f"unknown autoreset {autoreset!r}; known: {', '.join(AUTORESET_MODES)}")
+    wrappers = [*env_wrappers, partial(CandidateActions, texts=texts, labels=labels)]
+    return gym.make_vec(env_id, num_envs, vectorization_mode=mode, wrappers=wrappers,
+                        vector_kwargs={"autoreset_mode": AUTORESET_MODES[autoreset]}, **kwargs)

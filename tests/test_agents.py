@@ -73,15 +73,15 @@ def test_wrapper_adds_candidates_and_leaves_observations_alone():
 def test_wrapper_errors():
     with pytest.raises(ValueError, match="2 candidate texts for 3 actions"):
         CandidateActions(Counter(), texts=["a", "b"])
-    with pytest.raises(ValueError, match="pass texts"):
-        CandidateActions(Counter())
+    with pytest.warns(UserWarning, match="pass texts"):
+        assert CandidateActions(Counter()).candidates.texts == ("action 0", "action 1", "action 2")
     with pytest.raises(ValueError, match="distinct"):
         CandidateActions(Counter(), texts=["a", "a", "b"])
 
     class Boxed(Counter):
         action_space = gym.spaces.Box(-1, 1, (2,))
 
-    with pytest.raises(TypeError, match="Discrete action space"):
+    with pytest.raises(TypeError, match="Discrete action space.*DiscretizeAction"):
         CandidateActions(Boxed(), texts=["a", "b"])
 
 
@@ -136,8 +136,9 @@ def test_question_from_a_live_env_matches_its_observation():
     env = CandidateActions(DoomEnv("defend_the_center", episode_timeout=40))
     try:
         obs, info = env.reset(seed=4)
-        agent = make_agent("scorer", scorer=make_scorer("fake"), task=env.unwrapped.task)
+        agent = make_agent("scorer", scorer=make_scorer("fake"), env=env)  # task and describer from the env
         agent.reset(4)
+        assert agent.task == env.unwrapped.task and agent.describer.__qualname__.startswith("doom")
         text = agent.question(obs, info["candidates"]).context
         assert text.split("\n")[1] == status_text(obs["status"]) and text.split("\n")[2] == describe(obs["screen"])
         assert "candidates" not in text and "engine" not in text

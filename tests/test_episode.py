@@ -23,7 +23,7 @@ def compose_episode(overrides=()):
 
 
 def test_groups():
-    assert options("env") == ["basic", "deadly_corridor", "defend_the_center", "health_gathering"]
+    assert options("env") == ["basic", "deadly_corridor", "defend_the_center", "frozenlake", "gym", "health_gathering", "taxi"]
     assert options("agent") == ["random", "scorer", "scripted"]
 
 
@@ -31,7 +31,7 @@ def test_groups():
 def test_every_env_agent_pair_composes(env, agent):
     config = to_config(compose_episode([f"env={env}", f"agent={agent}"]))
     assert isinstance(config, EpisodeConfig) and config.agent.name == agent
-    assert config.env.id.startswith("jetgym/Doom")
+    assert config.env.id.startswith("jetgym/Doom") or env in ("frozenlake", "gym", "taxi")
 
 
 def test_defaults():
