@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-from jetgym.agents import available_agents
+from jetgym.agents import available_agents, available_describers
 from jetgym.agents.scoring import PERCEPTIONS, POLICIES
 from jetgym.questions.sets import SUBSETS
 from jetgym.scorers import available_scorers, option_names
@@ -127,7 +127,7 @@ class PruningConfig:
 
 @dataclass
 class DatasetConfig:
-    """name: a question set (mmlu, jsonl); path: the file (jsonl; optional for mmlu)."""
+    """name: a question set (mmlu, jsonl, libero); path: the file (jsonl; optional for mmlu and libero)."""
 
     name: str = "mmlu"
     subset: str = "all"
@@ -135,7 +135,9 @@ class DatasetConfig:
     path: Optional[str] = None
 
     def __post_init__(self):
-        check_choice("dataset.subset", self.subset, SUBSETS)
+        from jetgym.questions.libero import LIBERO_SUBSETS
+
+        check_choice("dataset.subset", self.subset, LIBERO_SUBSETS if self.name == "libero" else SUBSETS)
         _check_positive("dataset.limit", self.limit)
 
 
@@ -155,9 +157,15 @@ class QAConfig:
     pipeline: bool = True
     # also write this run's summary into docs/benchmarks.md (checkout only), as the section `qa-<record>`
     record: Optional[str] = None
+    # a question the scorer refuses (e.g. longer than the model window): `stop` the run naming it, or
+    # `skip` it (recorded in responses.jsonl as skipped, counted in the summary)
+    on_error: str = "stop"
+    # under torchrun: how long a rank that finished waits for the others before failing, naming them
+    rank_timeout_s: float = 1800.0
 
     def __post_init__(self):
         _check_positive("chunk_size", self.chunk_size)
+        check_choice("on_error", self.on_error, ("stop", "skip"))
         _check_pruning(self)
 
 
@@ -169,16 +177,31 @@ def _check_pruning(config) -> None:
 
 @dataclass
 class EnvConfig:
-    """id: any registered Gymnasium id (the jetgym ids register when `jetgym.envs` is imported);
-    kwargs: passed to `gymnasium.make` (e.g. a Doom scenario's frame_skip and episode_timeout)."""
+    """id: any registered Gymnasium id with a Discrete action space (the jetgym ids register when `jetgym.envs`
+    is imported); kwargs: passed to `gymnasium.make` (e.g. a Doom scenario's frame_skip and episode_timeout);
+    action_texts: one text per action (null: the env's own controls / action meanings, else `action i` with a
+    warning); task: the text the agent is told first (null: the env's `task` attribute, if any);
+    num_envs: sub-envs played at once (> 1: a vector env, one scorer call per step); vectorization:
+    `sync` or `async` (sub-envs in processes)."""
 
     id: str = "jetgym/DoomDefendTheCenter-v0"
     kwargs: Dict[str, Any] = field(default_factory=dict)
+    action_texts: Optional[List[str]] = None
+    task: Optional[str] = None
+    num_envs: int = 1
+    vectorization: str = "sync"
 
     def __post_init__(self):
         from jetgym.envs import check_env_id
 
         check_env_id(self.id)
+        _check_positive("env.num_envs", self.num_envs)
+        check_choice("env.vectorization", self.vectorization, VECTORIZATIONS)
+        if self.action_texts is not None and (not self.action_texts or any(not str(t) for t in self.action_texts)):
+            raise ValueError(f"env.action_texts must be null or non-empty texts, got {self.action_texts}")
+
+
+VECTORIZATIONS = ("sync", "async")
 
 
 AGENT_NAMES = tuple(available_agents())
@@ -186,12 +209,14 @@ AGENT_NAMES = tuple(available_agents())
 
 @dataclass
 class AgentConfig:
-    """name: `scorer` (asks the configured scorer), `random` or `scripted`. The other fields apply to
-    `scorer`: memory (own last actions quoted), perception (`none`|`describe`), policy
-    (`argmax`|`sample`), temperature (for `sample`), screenshot (attach the screen; VLMs only)."""
+    """name: `scorer` (asks the configured scorer), `random` or `scripted` (ViZDoom only). The other fields apply
+    to `scorer`: memory (own last actions quoted), describer (`auto` or a name of
+    `jetgym.agents.describers.DESCRIBERS`: how the observation becomes text), perception (`none`|`describe`: image
+    observations), policy (`argmax`|`sample`), temperature (for `sample`), screenshot (attach the image; VLMs only)."""
 
     name: str = "scorer"
     memory: int = 4
+    describer: str = "auto"
     perception: str = "describe"
     policy: str = "argmax"
     temperature: float = 1.0
@@ -199,6 +224,7 @@ class AgentConfig:
 
     def __post_init__(self):
         check_choice("agent.name", self.name, AGENT_NAMES)
+        check_choice("agent.describer", self.describer, available_describers())
         check_choice("agent.perception", self.perception, PERCEPTIONS)
         check_choice("agent.policy", self.policy, POLICIES)
         if self.memory < 0:

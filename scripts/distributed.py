@@ -81,6 +81,10 @@ def init(ranks: Ranks, timeout_s: float, gpu: bool) -> None:
         return
     import torch.distributed as dist
 
+    if gpu:  # this rank's GPU: cuda:LOCAL_RANK becomes the "cuda" that placement=cuda loads onto
+        import torch
+
+        torch.cuda.set_device(device_for("cuda", ranks))
     if not dist.is_initialized():
         dist.init_process_group("nccl" if gpu else "gloo", timeout=datetime.timedelta(seconds=timeout_s))
     threads = split_threads(ranks)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from jetgym.scripts.config import CONFIG_PATH, EpisodeConfig, build_scorer, to_config
+from jetgym.scripts.run_folder import check_output_dir_argument, dumps, folder_lock, make_folder
 
 STEPS = "steps.jsonl"
 EPISODES = "episodes.jsonl"
@@ -28,17 +30,22 @@ REPORT = "report.md"
 
 
 def make_env(config: EpisodeConfig, render: bool = False):
-    """The configured env (any registered id, with `env.kwargs`) with `CandidateActions` on top.
-    render: ask for `rgb_array` frames when the env offers them (for the GIFs)."""
+    """The configured env (any registered id, with `env.kwargs`) with `CandidateActions` on top (texts:
+    `env.action_texts`, else the env's own); `env.num_envs > 1`: a vector env of such envs (autoreset disabled:
+    the rollout reseeds every episode). render: ask for `rgb_array` frames when the env offers them (single
+    envs only, for the GIFs)."""
     import gymnasium as gym
 
     import jetgym.envs  # noqa: F401  (registers the jetgym ids)
-    from jetgym.envs.candidates import CandidateActions
+    from jetgym.envs.candidates import CandidateActions, make_vector_env
 
     kwargs = dict(config.env.kwargs)
+    texts = None if config.env.action_texts is None else list(config.env.action_texts)
+    if config.env.num_envs > 1:
+        return make_vector_env(config.env.id, config.env.num_envs, texts=texts, mode=config.env.vectorization, **kwargs)
     if render and "render_mode" not in kwargs and "rgb_array" in _render_modes(config.env.id):
         kwargs["render_mode"] = "rgb_array"
-    return CandidateActions(gym.make(config.env.id, **kwargs))
+    return CandidateActions(gym.make(config.env.id, **kwargs), texts=texts)
 
 
 def _render_modes(env_id: str) -> list[str]:
@@ -49,8 +56,10 @@ def _render_modes(env_id: str) -> list[str]:
     return list(getattr(cls, "metadata", {}).get("render_modes", []))
 
 
-def build_agent(config: EpisodeConfig, task: str, scorer=None):
-    """The configured agent; `scorer` is built from the config when the agent needs one and none is given."""
+def build_agent(config: EpisodeConfig, task: str | None = None, scorer=None, env=None):
+    """The configured agent; `scorer` is built from the config when the agent needs one and none is given.
+    task: the briefing (default: `env.task` of the config, else the env's own `task`); env: where the scorer
+    agent's describer reads the observation space (and env-provided describers) from."""
     from dataclasses import asdict
 
     from jetgym.agents import make_agent
@@ -59,32 +68,42 @@ def build_agent(config: EpisodeConfig, task: str, scorer=None):
         return make_agent(config.agent.name), None
     scorer = build_scorer(config) if scorer is None else scorer
     options = {key: value for key, value in asdict(config.agent).items() if key != "name"}
-    return make_agent("scorer", scorer=scorer, task=task, **options), scorer
+    task = config.env.task if task is None else task
+    return make_agent("scorer", scorer=scorer, task=task, env=env, **options), scorer
 
 
 def run_episodes(cfg: Any, output_dir: str | os.PathLike | None = None, scorer=None, quiet: bool = False) -> dict:
     """Play `cfg.episodes` episodes (seeds cfg.seed, cfg.seed+1, ...) into `output_dir`; return the summary.
 
-    A folder that already holds episode results is refused (nothing is deleted or mixed)."""
-    from jetgym.agents import rollout
-    from jetgym.scripts.episode_video import annotate, end_lines, step_lines, write_gif
-
+    A folder that already holds episode results (logs, summary, report or GIFs) is refused, and so is a folder
+    another run is writing into (a lock): nothing is deleted or mixed."""
     config: EpisodeConfig = to_config(cfg)
     if not (output_dir or config.output_dir):
         raise ValueError("run_episodes needs an output folder: set output_dir")
-    out = Path(output_dir or config.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    existing = [name for name in (STEPS, EPISODES, SUMMARY) if (out / name).exists()]
-    if existing:
-        raise FileExistsError(f"{out} already holds episode results ({', '.join(existing)}); "
-                              f"choose a new output_dir (nothing was overwritten)")
+    out = make_folder(output_dir or config.output_dir)
+    with folder_lock(out, "jetgym-episode"):
+        existing = [name for name in (STEPS, EPISODES, SUMMARY, REPORT) if (out / name).exists()]
+        existing += sorted(path.name for path in out.glob("episode_*.gif"))
+        if existing:
+            shown = ", ".join(existing[:4]) + (f", ... ({len(existing)} files)" if len(existing) > 4 else "")
+            raise FileExistsError(f"{out} already holds episode results ({shown}); "
+                                  f"choose a new output_dir (nothing was overwritten)")
+        return _play(config, out, scorer, quiet)
+
+
+def _play(config: EpisodeConfig, out: Path, scorer, quiet: bool) -> dict:
+    from jetgym.agents import rollout
+    from jetgym.scripts.episode_video import annotate, end_lines, step_lines, write_gif
+
     env = make_env(config, render=config.video)
     frames: list = []
     fps = env.metadata.get("render_fps") or 30
+    if config.video and config.env.num_envs > 1 and not quiet:
+        print(f"video: none with env.num_envs={config.env.num_envs} (GIFs are written for single envs)")
 
     def on_step(row: dict, frame) -> None:
         with open(out / STEPS, "a", encoding="utf-8") as sink:
-            sink.write(json.dumps(row, sort_keys=True) + "\n")
+            sink.write(dumps(row, what=f"step {row['step']} of episode {row['episode']}") + "\n")
         if frame is not None:
             probs = row["probs"] or {}
             frames.append(annotate(frame, step_lines(row["step"], row["text"], row["reward"], row["return"],
@@ -98,15 +117,15 @@ def run_episodes(cfg: Any, output_dir: str | os.PathLike | None = None, scorer=N
             episode["video"] = write_gif(frames, out / f"episode_{episode['episode']:03d}.gif", fps=fps).name
             frames.clear()
         with open(out / EPISODES, "a", encoding="utf-8") as sink:
-            sink.write(json.dumps(episode, sort_keys=True) + "\n")
+            sink.write(dumps(episode, what=f"episode {episode['episode']}") + "\n")
 
     try:
-        agent, scorer = build_agent(config, getattr(env.unwrapped, "task", ""), scorer)
+        agent, scorer = build_agent(config, config.env.task, scorer, env=env)
         episodes = rollout(env, agent, config.episodes, config.seed, on_step, on_end, progress=not quiet)
     finally:
         env.close()
     summary = summarize(episodes, config, None if scorer is None else scorer.describe())
-    (out / SUMMARY).write_text(json.dumps(summary, sort_keys=True, indent=2) + "\n", encoding="utf-8")
+    (out / SUMMARY).write_text(dumps(summary, indent=2, what="the summary") + "\n", encoding="utf-8")
     (out / REPORT).write_text(render_report(summary), encoding="utf-8")
     if not quiet:
         print(f"mean return {summary['mean_return']:.2f} over {summary['episodes']} episode(s); "
@@ -149,9 +168,15 @@ def render_report(summary: dict) -> str:
 
 
 @hydra.main(config_path=CONFIG_PATH, config_name="episode", version_base=None)
-def main(cfg: DictConfig) -> None:
+def hydra_main(cfg: DictConfig) -> None:
     """Console entry: `jetgym-episode key=value ...`."""
     run_episodes(cfg, output_dir=HydraConfig.get().runtime.output_dir)
+
+
+def main() -> None:
+    """Console entry `jetgym-episode key=value ...`: output_dir is checked before Hydra writes into it."""
+    check_output_dir_argument(sys.argv[1:], "jetgym-episode")
+    hydra_main()
 
 
 if __name__ == "__main__":

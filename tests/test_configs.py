@@ -152,6 +152,7 @@ OVERRIDES = {
     "reasoning_temperature": ("0.5", 0.5), "reasoning_seed": ("3", 3), "reasoning_suffix": ("'Final answer:'", "Final answer:"),
     "components": ("[S,P]", ("S", "P")), "calibration": ("/tmp/c.json", "/tmp/c.json"),
     "call_overhead_tokens": ("5.0", 5.0),
+    "normalization": ("pmi", "pmi"), "neutral_premise": ("'Question: N/A'", "Question: N/A"), "temperature": ("1.7", 1.7),
 }
 
 
