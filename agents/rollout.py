@@ -211,14 +211,18 @@ def play_vector(envs, agent, episodes: int, seed: int = 0, on_step: StepHook | N
 
 
 def rollout(env, agent, episodes: int = 1, seed: int = 0, on_step: StepHook | None = None,
-            on_end: StepHook | None = None, progress: bool = True) -> list[dict]:
+            on_end: StepHook | None = None, progress: bool = True, numbers: list[int] | None = None) -> list[dict]:
     """Play `episodes` episodes with seeds seed, seed+1, ...; returns one summary dict per episode, in order.
 
     on_step(step_row, frame) after every decision; on_end(episode_row, last_frame) after every episode.
-    A vector env (`num_envs`) plays its sub-envs at once (`play_vector`); frames are None there."""
+    A vector env (`num_envs`) plays its sub-envs at once (`play_vector`); frames are None there.
+    numbers: play only these of the episodes (episode n keeps seed + n), e.g. one rank's share."""
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     if hasattr(env, "num_envs"):
+        if numbers is not None:
+            raise ValueError("a vector env plays all its episodes: pass numbers=None")
         return play_vector(env, agent, episodes, seed, on_step, on_end, progress)
-    return [play(env, agent, seed + number, number, on_step, on_end, progress and episodes == 1)
-            for number in tqdm(range(episodes), desc="episodes", unit="ep", disable=not progress or episodes == 1)]
+    numbers = range(episodes) if numbers is None else numbers
+    return [play(env, agent, seed + number, number, on_step, on_end, progress and len(numbers) == 1)
+            for number in tqdm(numbers, desc="episodes", unit="ep", disable=not progress or len(numbers) <= 1)]

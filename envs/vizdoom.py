@@ -96,9 +96,10 @@ class EngineCrash(RuntimeError):
     """The ViZDoom engine process died or stopped answering."""
 
 
-def _engine_children() -> set[int]:
-    """Process ids of this process's children named `vizdoom` (Linux /proc; empty elsewhere)."""
-    me, found = str(os.getpid()), set()
+def engine_processes(parent: int | None = None) -> set[int]:
+    """Process ids of the live (not zombie) `vizdoom` children of `parent` (default: this process; Linux /proc,
+    empty elsewhere)."""
+    me, found = str(os.getpid() if parent is None else parent), set()
     try:
         entries = os.listdir("/proc")
     except OSError:
@@ -112,7 +113,7 @@ def _engine_children() -> set[int]:
         except OSError:
             continue
         name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
-        if name == "vizdoom" and rest[1] == me:
+        if name == "vizdoom" and rest[1] == me and rest[0] not in "ZX":
             found.add(int(entry))
     return found
 
@@ -215,9 +216,9 @@ class DoomEnv(gym.Env):
         game.set_available_game_variables([getattr(vzd.GameVariable, STATUS_VARIABLES[n]) for n in self.scenario.status])
         if self.episode_timeout is not None:
             game.set_episode_timeout(self.episode_timeout)
-        before = _engine_children()
+        before = engine_processes()
         game.init()
-        started = _engine_children() - before
+        started = engine_processes() - before
         self.engine_pid = min(started) if started else None
         self._game = game
         if self.engine_pid is not None:

@@ -18,17 +18,14 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional
 
 import hydra
 from hydra.core.config_store import ConfigStore
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from jetgym.scripts.config import CONFIG_PATH
-from jetgym.scripts.benchmarks_doc import write_results
+from jetgym.scripts.benchmarks_doc import run_config, write_results
 
 SCHEDULES = ("batched", "packed")
 
@@ -185,9 +182,7 @@ def render(r: dict) -> str:
 
 @hydra.main(config_path=CONFIG_PATH, config_name="bench", version_base=None)
 def main(cfg) -> None:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    config = OmegaConf.to_object(cfg)
-    config.output_dir = config.output_dir or HydraConfig.get().runtime.output_dir
+    config = run_config(cfg)
     results = run_bench(config)
     print(render(results))
 

@@ -23,11 +23,9 @@ from typing import List, Optional
 
 import hydra
 from hydra.core.config_store import ConfigStore
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from jetgym.scripts.benchmarks_doc import write_results
+from jetgym.scripts.benchmarks_doc import run_config, write_results
 from jetgym.scripts.config import CONFIG_PATH
 
 
@@ -153,9 +151,7 @@ def render(r: dict) -> str:
 
 @hydra.main(config_path=CONFIG_PATH, config_name="bench_dtype", version_base=None)
 def main(cfg) -> None:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    config = OmegaConf.to_object(cfg)
-    config.output_dir = config.output_dir or HydraConfig.get().runtime.output_dir
+    config = run_config(cfg)
     results = run_bench(config)
     write_results(config.output_dir, "dtype", results, render(results), docs=config.docs)
     print(render(results))

@@ -28,12 +28,10 @@ from typing import Optional
 
 import hydra
 from hydra.core.config_store import ConfigStore
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from jetgym.scripts.config import CONFIG_PATH
-from jetgym.scripts.benchmarks_doc import docs_dir, write_results
+from jetgym.scripts.benchmarks_doc import docs_dir, run_config, write_results
 
 
 @dataclass
@@ -347,9 +345,7 @@ def render(r: dict) -> str:
 
 @hydra.main(config_path=CONFIG_PATH, config_name="bench_fastjev", version_base=None)
 def main(cfg) -> None:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    config = OmegaConf.to_object(cfg)
-    config.output_dir = config.output_dir or HydraConfig.get().runtime.output_dir
+    config = run_config(cfg)
     print(render(run_bench(config)))
 
 

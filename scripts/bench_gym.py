@@ -18,7 +18,6 @@ import argparse
 import platform
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 

@@ -150,7 +150,7 @@ def render(r: dict) -> str:
         f"{r['torch_threads']} torch threads; {r['questions']} questions, {t['frames']} frames, "
         f"perception `describe` (text-only model). 95% intervals: 2,000 episode-bootstrap samples, seed 0.",
         "",
-        "| type | n | jet accuracy % | 95% CI | majority % | random % | abstain % | FastJEV T+S+P k=%d %% |" % r["k"],
+        f"| type | n | jet accuracy % | 95% CI | majority % | random % | abstain % | FastJEV T+S+P k={r['k']} % |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for name in ["overall", *j["by_type"]]:
@@ -168,8 +168,9 @@ def render(r: dict) -> str:
         f"**Candidate tokens, trie:** {t['candidate_tokens_unmerged']} -> {t['candidate_tokens_merged']} "
         f"(**{_pct(t['trie_reduction'])}%** fewer; paper anchor on its LIBERO set: 62.84%).",
         "",
-        f"**Forward prefix tokens per frame:** {t['prefix_tokens_per_frame_separate']:.1f} with each question's prefix "
-        f"computed separately, {t['prefix_tokens_per_frame_shared']:.1f} with the frame's shared context computed once.",
+        f"**Forward prefix tokens per frame:** {t['prefix_tokens_per_frame_separate']:.1f} as scored now (each question "
+        f"runs its own prefix), {t['prefix_tokens_per_frame_shared']:.1f} if the frame's shared context ran once "
+        "(not implemented yet: the scorers share a prefix within a question, not across questions).",
         "",
         f"**Latency per frame** (8 questions, {r['timing_frames']} frames, interleaved seeded order, warm-up excluded):",
         "",

@@ -7,6 +7,7 @@ needs a source checkout: an installed wheel has no docs/ to write to).
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -51,3 +52,14 @@ def write_results(out_dir: str | Path, name: str, results: dict, body: str, docs
         write_json(docs_dir() / "bench" / f"{name}.json", results)
         write_section(name.replace("_", "-"), body)
     return out / f"{name}.md"
+
+
+def run_config(cfg):
+    """A composed benchmark config as its dataclass, `output_dir` defaulting to Hydra's run dir (hub offline)."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    config = OmegaConf.to_object(cfg)
+    config.output_dir = config.output_dir or HydraConfig.get().runtime.output_dir
+    return config

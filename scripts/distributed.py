@@ -134,20 +134,25 @@ def rank_files(folder: Path, name: str, world_size: int) -> list[Path]:
     return [folder / Ranks(r, world_size).suffix(name) for r in range(world_size)]
 
 
-def merge_jsonl(folder: Path, name: str, world_size: int, order: Iterable[str], key: str) -> Path:
-    """Merge the ranks' `name` files into `folder/name`, rows ordered by `order` (their `key` values).
+def merge_jsonl(folder: Path, name: str, world_size: int, order: Iterable[str] | None, key: str | tuple[str, ...]) -> Path:
+    """Merge the ranks' `name` files into `folder/name`, rows ordered by `order` (their `key` values; a tuple
+    of fields joins them with "/"), or, with `order=None`, by the key fields' values.
 
     Every id must appear exactly once over all ranks; a missing or duplicated row is an error naming it."""
+    fields = (key,) if isinstance(key, str) else key
     rows: dict[str, bytes] = {}
+    sort_keys: dict[str, tuple] = {}
     for path in rank_files(folder, name, world_size):
         if not path.exists():
             raise FileNotFoundError(f"{path} is missing: rank {path.name.split('rank-')[1].split('-')[0]} wrote nothing")
         for line_no, line in enumerate(path.read_bytes().splitlines(keepends=True), 1):
-            row_id = str(json.loads(line)[key])
+            values = tuple(json.loads(line)[f] for f in fields)
+            row_id = "/".join(map(str, values))
+            sort_keys[row_id] = values
             if row_id in rows:
                 raise ValueError(f"{path}:{line_no}: {key} {row_id!r} appears twice over the ranks' files")
             rows[row_id] = line if line.endswith(b"\n") else line + b"\n"
-    ordered = [str(i) for i in order]
+    ordered = sorted(rows, key=sort_keys.__getitem__) if order is None else [str(i) for i in order]
     missing = [i for i in ordered if i not in rows]
     if missing:
         raise ValueError(f"the ranks' {name} files lack {len(missing)} rows (e.g. {key} {missing[0]!r})")

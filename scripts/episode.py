@@ -1,9 +1,11 @@
 """`jetgym-episode`: play seeded agent episodes; write per-step JSONL, per-episode summaries and GIFs.
+Under `torchrun` the seeded episodes are split across ranks and merged in episode order (same files as one process).
 
 Outputs in the run folder: `steps.jsonl` (one object per decision, sorted keys: episode, seed, step,
-action, text, probs by label, status seen, reward, terminated, truncated), `episodes.jsonl` (return,
-length, kills, end reason, decisions/s, video path), `summary.json`, `report.md`, `episode_NNN.gif`.
-`steps.jsonl` holds no timings, so two runs of one config can be compared byte for byte.
+action, text, probs by label, question seen, status seen, reward, terminated, truncated), `episodes.jsonl`
+(return, length, kills, end reason, video path), `timings.jsonl` (decision and wall seconds per episode),
+`summary.json`, `report.md`, `episode_NNN.gif`. Only `timings.jsonl` holds timings, so the steps and
+episodes of two runs of one config (or of one process and N ranks) can be compared byte for byte.
 """
 
 from __future__ import annotations
@@ -20,11 +22,14 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from jetgym.scripts import distributed
 from jetgym.scripts.config import CONFIG_PATH, EpisodeConfig, build_scorer, to_config
-from jetgym.scripts.run_folder import check_output_dir_argument, dumps, folder_lock, make_folder
+from jetgym.scripts.run_folder import LOCK, check_output_dir_argument, dumps, folder_lock, make_folder
 
 STEPS = "steps.jsonl"
 EPISODES = "episodes.jsonl"
+TIMINGS = "timings.jsonl"  # per episode: decision and wall seconds (kept out of episodes.jsonl, which repeats byte for byte)
+TIMING_FIELDS = ("decision_seconds", "decisions_per_second", "wall_seconds")
 SUMMARY = "summary.json"
 REPORT = "report.md"
 
@@ -81,19 +86,35 @@ def run_episodes(cfg: Any, output_dir: str | os.PathLike | None = None, scorer=N
     if not (output_dir or config.output_dir):
         raise ValueError("run_episodes needs an output folder: set output_dir")
     out = make_folder(output_dir or config.output_dir)
-    with folder_lock(out, "jetgym-episode"):
-        existing = [name for name in (STEPS, EPISODES, SUMMARY, REPORT) if (out / name).exists()]
-        existing += sorted(path.name for path in out.glob("episode_*.gif"))
-        if existing:
-            shown = ", ".join(existing[:4]) + (f", ... ({len(existing)} files)" if len(existing) > 4 else "")
-            raise FileExistsError(f"{out} already holds episode results ({shown}); "
-                                  f"choose a new output_dir (nothing was overwritten)")
-        return _play(config, out, scorer, quiet)
+    ranks = distributed.current()
+    try:
+        with folder_lock(out, "jetgym-episode", ranks.suffix(LOCK)):
+            existing = [path.name for name in (STEPS, EPISODES, TIMINGS, SUMMARY, REPORT)
+                        for path in out.glob(name.replace(".", "*.", 1)) if path.exists()]
+            existing += sorted(path.name for path in out.glob("episode_*.gif"))
+            if existing:
+                shown = ", ".join(existing[:4]) + (f", ... ({len(existing)} files)" if len(existing) > 4 else "")
+                raise FileExistsError(f"{out} already holds episode results ({shown}); "
+                                      f"choose a new output_dir (nothing was overwritten)")
+            return _play(config, out, scorer, quiet, ranks)
+    finally:
+        distributed.finish(ranks)
 
 
-def _play(config: EpisodeConfig, out: Path, scorer, quiet: bool) -> dict:
+def _play(config: EpisodeConfig, out: Path, scorer, quiet: bool, ranks: distributed.Ranks = distributed.Ranks()) -> dict:
+    """Under torchrun, rank R plays the episodes n with n % WORLD_SIZE == R (seed + n, as one process would) into
+    its own files; rank 0 merges them in episode order once every rank is done."""
     from jetgym.agents import rollout
     from jetgym.scripts.episode_video import annotate, end_lines, step_lines, write_gif
+
+    numbers = None
+    if ranks.distributed:
+        if config.env.num_envs > 1:
+            raise ValueError("under torchrun each rank plays single envs: set env.num_envs=1 (or run one process)")
+        distributed.init(ranks, 1800.0, gpu=config.placement.device == "cuda")
+        distributed.agree(ranks, asdict(config))
+        numbers = [n for n in range(config.episodes) if n % ranks.world_size == ranks.rank]
+    steps_file, episodes_file, timings_file = (out / ranks.suffix(name) for name in (STEPS, EPISODES, TIMINGS))
 
     env = make_env(config, render=config.video)
     frames: list = []
@@ -102,7 +123,7 @@ def _play(config: EpisodeConfig, out: Path, scorer, quiet: bool) -> dict:
         print(f"video: none with env.num_envs={config.env.num_envs} (GIFs are written for single envs)")
 
     def on_step(row: dict, frame) -> None:
-        with open(out / STEPS, "a", encoding="utf-8") as sink:
+        with open(steps_file, "a", encoding="utf-8") as sink:
             sink.write(dumps(row, what=f"step {row['step']} of episode {row['episode']}") + "\n")
         if frame is not None:
             probs = row["probs"] or {}
@@ -116,14 +137,29 @@ def _play(config: EpisodeConfig, out: Path, scorer, quiet: bool) -> dict:
                 frames.append(annotate(frame, end_lines(episode)))
             episode["video"] = write_gif(frames, out / f"episode_{episode['episode']:03d}.gif", fps=fps).name
             frames.clear()
-        with open(out / EPISODES, "a", encoding="utf-8") as sink:
-            sink.write(dumps(episode, what=f"episode {episode['episode']}") + "\n")
+        timing = {"episode": episode["episode"], **{key: episode[key] for key in TIMING_FIELDS}}
+        with open(episodes_file, "a", encoding="utf-8") as sink:
+            sink.write(dumps({k: v for k, v in episode.items() if k not in TIMING_FIELDS},
+                             what=f"episode {episode['episode']}") + "\n")
+        with open(timings_file, "a", encoding="utf-8") as sink:
+            sink.write(dumps(timing, what=f"the timing of episode {episode['episode']}") + "\n")
 
     try:
         agent, scorer = build_agent(config, config.env.task, scorer, env=env)
-        episodes = rollout(env, agent, config.episodes, config.seed, on_step, on_end, progress=not quiet)
+        episodes = rollout(env, agent, config.episodes, config.seed, on_step, on_end, progress=not quiet,
+                           numbers=numbers)
     finally:
         env.close()
+    if ranks.distributed:
+        distributed.wait_for_all(ranks, 1800.0)
+        if ranks.rank != 0:
+            return {"rank": ranks.rank, "episodes": len(episodes)}
+        order = list(range(config.episodes))
+        for name in (EPISODES, TIMINGS):
+            distributed.merge_jsonl(out, name, ranks.world_size, order, key="episode")
+        distributed.merge_jsonl(out, STEPS, ranks.world_size, None, key=("episode", "step"))
+        timings = {row["episode"]: row for row in map(json.loads, (out / TIMINGS).read_text().splitlines())}
+        episodes = [{**row, **timings[row["episode"]]} for row in map(json.loads, (out / EPISODES).read_text().splitlines())]
     summary = summarize(episodes, config, None if scorer is None else scorer.describe())
     (out / SUMMARY).write_text(dumps(summary, indent=2, what="the summary") + "\n", encoding="utf-8")
     (out / REPORT).write_text(render_report(summary), encoding="utf-8")

@@ -5,7 +5,6 @@ agents, job configs, results folders). Issue 12 lists the ones that were unclear
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time

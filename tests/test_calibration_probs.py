@@ -2,7 +2,6 @@
 the QA calibration block and `jetgym-calibrate-probs` on response files."""
 
 import json
-import math
 import random
 
 import pytest

@@ -143,3 +143,21 @@ def test_ranks_with_other_settings_are_refused_before_scoring(questions, tmp_pat
     assert all(job.returncode != 0 for job in jobs)
     assert any("ranks [1] were started with other settings than rank 0" in out for out in outputs), outputs[0][-2000:]
     assert not list(tmp_path.glob("responses*.jsonl")) or all(not p.read_text() for p in tmp_path.glob("responses*.jsonl"))
+
+
+@pytest.mark.slow
+def test_episodes_split_across_ranks_merge_to_the_one_process_files(tmp_path):
+    pytest.importorskip("gymnasium")
+    args = ["env=frozenlake", "agent=random", "episodes=5", "seed=3", "video=false"]
+    one = subprocess.run([str(BIN / "jetgym-episode"), *args, f"output_dir={tmp_path / 'one'}"], env=ENV,
+                         capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+    command = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node=2", "--no-python", str(BIN / "jetgym-episode"),
+               *args, f"output_dir={tmp_path / 'two'}"]
+    two = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=600)
+    assert two.returncode == 0, (two.stdout + two.stderr)[-3000:]
+    for name in ("steps.jsonl", "episodes.jsonl"):
+        assert (tmp_path / "two" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
+    assert [len((tmp_path / "two" / f"episodes.rank-{r}-of-2.jsonl").read_text().splitlines()) for r in (0, 1)] == [3, 2]
+    summary = json.loads((tmp_path / "two" / "summary.json").read_text())
+    assert summary["episodes"] == 5

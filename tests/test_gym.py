@@ -347,7 +347,7 @@ def test_readme_example_runs(fake_scorer, capsys):
     code = readme_example()
     assert len(code.strip().splitlines()) <= 12 and 'make_scorer("jet")' in code
     exec(compile(code.replace('make_scorer("jet")', 'make_scorer("fake")'), "README.md", "exec"), {})
-    assert re.fullmatch(r"\[-?\d+\.0, -?\d+\.0\]\n", capsys.readouterr().out)
+    assert re.fullmatch(r"\[-?\d+\.0\]\n", capsys.readouterr().out)
 
 
 def _run(tmp_path: Path, name: str, *overrides: str) -> Path:

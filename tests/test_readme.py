@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import itertools
 import re
 import shlex
 import subprocess
@@ -45,8 +46,11 @@ def test_readme_starts_with_the_two_commands():
 def test_readme_command_lines_compose(words):
     job, module = JOBS[Path(words[0]).name]
     importlib.import_module(module)  # stores the job's schema
-    config = to_config(compose(job, words[1:]))
-    assert config is not None
+    overrides = [w for w in words[1:] if w != "-m"]
+    sweeps = [[f"{o.split('=')[0]}={v}" for v in o.split("=", 1)[1].split(",")] if "-m" in words and "," in o else [o]
+              for o in overrides]  # a sweep's jobs: each value of a comma list
+    for choice in itertools.product(*sweeps):
+        assert to_config(compose(job, list(choice))) is not None
 
 
 @pytest.mark.parametrize("code", [pytest.param(b, marks=pytest.mark.slow) if "make_scorer(" in b else b

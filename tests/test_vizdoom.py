@@ -12,7 +12,7 @@ pytest.importorskip("vizdoom")
 gym = pytest.importorskip("gymnasium")
 
 import jetgym.envs  # noqa: E402
-from jetgym.envs.vizdoom import BUTTONS, CONTROLS, SCENARIOS, DoomEnv, _engine_children  # noqa: E402
+from jetgym.envs.vizdoom import BUTTONS, CONTROLS, SCENARIOS, DoomEnv, engine_processes  # noqa: E402
 
 
 def process_gone(pid: int) -> bool:
@@ -27,9 +27,9 @@ def process_gone(pid: int) -> bool:
 
 @pytest.fixture(autouse=True)
 def no_stray_engines():
-    before = _engine_children()
+    before = engine_processes()
     yield
-    assert _engine_children() <= before, "a test left a vizdoom engine running"
+    assert engine_processes() <= before, "a test left a vizdoom engine running"
 
 
 @pytest.fixture
@@ -240,22 +240,6 @@ def test_observations_are_never_shared_objects():
         one_step.close()
 
 
-def engines_of(pid: int) -> set[int]:
-    """Live `vizdoom` processes whose parent is `pid`."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as file:
-                    stat = file.read()
-            except OSError:
-                continue
-            name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
-            if name == "vizdoom" and rest[1] == str(pid) and rest[0] not in "ZX":
-                found.add(int(entry))
-    return found
-
-
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_stopping_jetgym_episode_leaves_no_engine(tmp_path, stop):
     import subprocess
@@ -266,9 +250,9 @@ def test_stopping_jetgym_episode_leaves_no_engine(tmp_path, stop):
                                "video=false", f"output_dir={tmp_path}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 90
-        while not engines_of(runner.pid) and time.monotonic() < deadline and runner.poll() is None:
+        while not engine_processes(runner.pid) and time.monotonic() < deadline and runner.poll() is None:
             time.sleep(0.1)
-        engines = engines_of(runner.pid)
+        engines = engine_processes(runner.pid)
         assert engines, "jetgym-episode started no engine"
         time.sleep(0.5)  # a few steps in
         runner.send_signal(stop)

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
-
 from dataclasses import dataclass
 from typing import ClassVar
 
