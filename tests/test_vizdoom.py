@@ -204,7 +204,7 @@ def test_engine_dies_with_its_runner_however_it_ends(stop):
         engine = int(runner.stdout.readline())
         assert not process_gone(engine)
         runner.send_signal(stop)
-        runner.wait(timeout=10)
+        runner.wait(timeout=60)  # a loaded machine can take a while to unwind (close, reap the watchdog)
         assert wait_gone(engine), f"the vizdoom engine {engine} outlived its runner stopped by {stop.name}"
     finally:
         if runner.poll() is None:
