@@ -204,8 +204,11 @@ def test_engine_dies_with_its_runner_however_it_ends(stop):
         engine = int(runner.stdout.readline())
         assert not process_gone(engine)
         runner.send_signal(stop)
-        runner.wait(timeout=60)  # a loaded machine can take a while to unwind (close, reap the watchdog)
-        assert wait_gone(engine), f"the vizdoom engine {engine} outlived its runner stopped by {stop.name}"
+        try:  # SIGINT may be taken by ViZDoom's own signal thread (it closes the game) rather than by Python
+            runner.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            assert stop == signal.SIGINT, f"the runner ignored {stop.name}"
+        assert wait_gone(engine, 30.0), f"the vizdoom engine {engine} outlived its runner stopped by {stop.name}"
     finally:
         if runner.poll() is None:
             runner.kill()
