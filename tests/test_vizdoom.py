@@ -174,7 +174,8 @@ def test_step_before_reset_and_bad_action(env):
 
 
 RUNNER = """
-import sys, time
+import signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal: a shell ignores SIGINT for `cmd &`
 from jetgym.envs.vizdoom import DoomEnv
 env = DoomEnv("basic", frame_skip=4)
 env.reset(seed=0)
