@@ -42,7 +42,7 @@ import numpy as np
 
 from jetgym.scorers.types import Question
 
-from .sets import QUESTION_SETS, _apply_limit
+from .sets import QUESTION_SETS, SET_SUBSETS, _apply_limit
 
 QUESTION_TYPES = ("r2_dir", "r2_done", "r2_first", "r2_grasp", "r2_hold", "r2_instr", "r2_phase", "r2_prog")
 LIBERO_SUBSETS = ("all", "images")
@@ -314,6 +314,9 @@ def _episodes(path: str):
     from jetgym.envs.libero import read_libero
 
     return read_libero(path)
+
+
+SET_SUBSETS["libero"] = LIBERO_SUBSETS
 
 
 @QUESTION_SETS.register("libero")

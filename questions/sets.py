@@ -24,6 +24,12 @@ MMLU_FIELDS = ("question", "answer_a", "answer_b", "answer_c", "answer_d", "corr
 MMLU_LETTERS = ("A", "B", "C", "D")
 
 QUESTION_SETS: Registry[Callable[..., list[Question]]] = Registry("question set")
+SET_SUBSETS: dict[str, tuple[str, ...]] = {"mmlu": SUBSETS, "jsonl": ("all",)}  # a set registers its subsets here
+
+
+def subsets_of(name: str) -> tuple[str, ...]:
+    """The subsets the question set `name` accepts (`all` for a set that declares none)."""
+    return SET_SUBSETS.get(name, ("all",))
 
 
 class QuestionSetError(ValueError):
@@ -144,7 +150,7 @@ def load_jsonl(path: str | None = None, subset: str = "all", limit: int | None =
     """
     if not path:
         raise ValueError("question set 'jsonl' needs a path (dataset.path=/path/to/questions.jsonl)")
-    _check_subset(subset, ("all",), "jsonl")
+    _check_subset(subset, SET_SUBSETS["jsonl"], "jsonl")
     file = Path(path)
     questions: list[Question] = []
     seen: dict[str, int] = {}

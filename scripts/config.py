@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from jetgym.agents import available_agents, available_describers
 from jetgym.agents.scoring import PERCEPTIONS, POLICIES
-from jetgym.questions.sets import SUBSETS
+from jetgym.questions.sets import subsets_of
 from jetgym.scorers import available_scorers, option_names
 from jetgym.scorers.base import SCORERS
 from jetgym.scorers.fastjev.options import FastJevOptions
@@ -135,9 +135,7 @@ class DatasetConfig:
     path: Optional[str] = None
 
     def __post_init__(self):
-        from jetgym.questions.libero import LIBERO_SUBSETS
-
-        check_choice("dataset.subset", self.subset, LIBERO_SUBSETS if self.name == "libero" else SUBSETS)
+        check_choice("dataset.subset", self.subset, subsets_of(self.name))
         _check_positive("dataset.limit", self.limit)
 
 
