@@ -32,7 +32,7 @@ class ScorerAgent:
     given); memory: how many of its own last actions are quoted; describer: `auto`, a registered name
     (`jetgym.agents.describers.DESCRIBERS`) or a callable `observation -> str`; perception: for image
     observations, `describe` (a sentence from the pixels) or `none`; policy: `argmax` (the scorer's choice) or
-    `sample` (seeded per episode and slot, from softmax(logprobs / temperature)); screenshot: attach the image
+    `sample` (seeded per episode and slot, from softmax(scores / temperature), the scores the decision rule uses); screenshot: attach the image
     observation as the question's image (vision-language models only); env / observation_space: where the
     describer reads the space (and env-provided describers, names and maps) from; without either, the space
     is inferred from the first observation.
@@ -97,7 +97,7 @@ class ScorerAgent:
         return [self._choose(q, d, c, s) for q, d, c, s in zip(questions, decisions, candidate_sets, slots)]
 
     def _choose(self, question: Question, decision, candidates, slot: int) -> Act:
-        index = decision.choice if self.policy == "argmax" else self._sample(decision.logprobs, slot)
+        index = decision.choice if self.policy == "argmax" else self._sample(decision.corrected, slot)
         if self.memory:
             self.recent.setdefault(slot, deque(maxlen=self.memory)).append(candidates.texts[index])
         usage = decision.usage.to_dict() if hasattr(decision.usage, "to_dict") else None
