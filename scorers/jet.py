@@ -21,7 +21,8 @@ class JetOptions(ScorerOptions):
 
     schedule: `independent` (one full forward per candidate, the reference), `batched` (prefix cache,
         padded continuation batches), `packed` (prefix and continuations in one masked call; several
-        questions share a call in `decide_many`), `sequential` (prefix state once, then one candidate at a
+        questions share a call in `decide_many`, and a common prefix of neighbours runs once, see
+        `min_shared_prefix`), `sequential` (prefix state once, then one candidate at a
         time after restoring the unchanged prefix state: one stored and one working state; any model
         kind, the one for hybrid recurrent + attention models), or `auto`: `packed` for attention-only
         models (see docs/benchmarks.md), `sequential` for hybrid and vision-language models (the images
@@ -123,7 +124,7 @@ class JetScorer(ScorerBase):
         encoded = [p.encoded for p in prepared] + extra  # candidate priors run with the questions
         model, schedule = self.loaded.model, self.schedule
         if schedule == "packed":
-            scored = execution.score_packed_many(model, encoded, self.options.max_batch_tokens)
+            scored = execution.score_packed_many(model, encoded, self.options.max_batch_tokens, self.options.min_shared_prefix)
         elif schedule == "sequential":
             from .sequential import score_sequential
 

@@ -21,6 +21,11 @@ class ScorerOptions:
     schedule: how candidates run (one of the backend's `SCHEDULES`).
     template: `chat` (the model's chat template; the candidate follows the assistant prefix) or `none`.
     max_batch_tokens: the most tokens one continuation call takes; larger sets run in groups.
+    min_shared_prefix: questions scored in one call (`decide_many`, `score`) whose encoded prefixes begin
+        with at least this many identical tokens, next to each other, run that common part once and each
+        continues from it (e.g. the eight questions of a LIBERO frame; `jet`'s `packed` schedule and
+        `fastjev`'s packed plans). Scores are unchanged; `Usage.prefix_tokens` splits the common part evenly
+        over the questions that share it. 0 turns sharing off.
     binary_texts: the (false, true) candidate texts of binary questions without candidates.
     normalization: the candidate-prior correction of the scores before the softmax (the raw
         log-likelihoods are kept unchanged beside them): `none` (the JET rule), `token` (mean log-prob per
@@ -40,6 +45,7 @@ class ScorerOptions:
     schedule: str = "auto"
     template: str = "chat"
     max_batch_tokens: int = 1024
+    min_shared_prefix: int = 32
     binary_texts: tuple[str, str] = DEFAULT_BINARY_TEXTS
     normalization: str = "none"
     neutral_premise: str | None = None
@@ -53,6 +59,9 @@ class ScorerOptions:
             raise ValueError(f"max_batch_tokens must be an integer >= 1, got {self.max_batch_tokens!r}")
         if self.max_batch_tokens < 1:
             raise ValueError(f"max_batch_tokens must be at least 1, got {self.max_batch_tokens}")
+        if isinstance(self.min_shared_prefix, bool) or not isinstance(self.min_shared_prefix, int) \
+                or self.min_shared_prefix < 0:
+            raise ValueError(f"min_shared_prefix must be an integer >= 0 (0: no sharing), got {self.min_shared_prefix!r}")
         if isinstance(self.binary_texts, str):
             raise ValueError(f"binary_texts must be a (false, true) pair of texts, got the string {self.binary_texts!r}")
         object.__setattr__(self, "binary_texts", tuple(self.binary_texts))

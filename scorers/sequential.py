@@ -22,7 +22,8 @@ import copy
 
 import torch
 
-from .execution import Scored, _device, _gather_sums, _prefix_with_cache
+from .execution import score_with_prefix_cache
+from .kernels import Scored, gather_sums, model_device, state_bytes
 from .prompts import EncodedQuestion
 
 
@@ -56,22 +57,6 @@ def check_restorable(cache) -> None:
             raise TypeError(f"cache layer {index} records past states; the sequential schedule needs plain layers")
 
 
-def _state_tensors(layer):
-    for name in ("keys", "values"):
-        tensor = getattr(layer, name, None)
-        if isinstance(tensor, torch.Tensor):
-            yield tensor
-    for name in ("conv_states", "recurrent_states"):
-        for tensor in (getattr(layer, name, None) or {}).values():
-            if isinstance(tensor, torch.Tensor):
-                yield tensor
-
-
-def state_bytes(cache) -> int:
-    """Bytes of every cached tensor: attention keys/values, convolution and recurrent states."""
-    return sum(t.numel() * t.element_size() for layer in cache.layers for t in _state_tensors(layer))
-
-
 def _clone_state(stored):
     """The one working state, made once per question."""
     return copy.deepcopy(stored)
@@ -102,14 +87,14 @@ def restore_prefix_state(working, stored) -> None:
 def score_sequential(model, question: EncodedQuestion) -> Scored:
     """Prefix once with its state; each multi-token candidate continues the restored prefix state."""
     scored = Scored([])
-    stored = _prefix_with_cache(model, question, scored)
+    stored = score_with_prefix_cache(model, question, scored)
     check_restorable(stored)
     stored_bytes = state_bytes(stored)
     scored.work.cache_bytes = stored_bytes
     longer = [i for i, c in enumerate(question.continuations) if len(c) > 1]
     if not longer:
         return scored
-    device = _device(model)
+    device = model_device(model)
     working = _clone_state(stored)
     working_peak = state_bytes(working)
     for n, i in enumerate(longer):
@@ -118,7 +103,7 @@ def score_sequential(model, question: EncodedQuestion) -> Scored:
         tokens = question.continuations[i]
         out = model(input_ids=torch.tensor([tokens[:-1]], device=device), cache=working, use_cache=True)
         fed = len(tokens) - 1
-        scored.logprobs[i] += _gather_sums(out.logits[0], list(range(fed)), list(tokens[1:]), [0] * fed, 1)[0]
+        scored.logprobs[i] += gather_sums(out.logits[0], list(range(fed)), list(tokens[1:]), [0] * fed, 1)[0]
         working_peak = max(working_peak, state_bytes(working))
         scored.work.candidate_tokens += fed
         scored.work.forward_calls += 1

@@ -169,7 +169,8 @@ def validate_candidates(candidates: Sequence[str], kind: str) -> None:
 @dataclass(frozen=True)
 class Usage:
     """Work done for one decision. `forward_calls` counts the model calls the question took part in
-    (with cross-question packing one call serves several questions)."""
+    (with cross-question packing one call serves several questions). A prefix part shared with other
+    questions of the same call (`min_shared_prefix`) is split evenly over them in `prefix_tokens`."""
 
     prefix_tokens: int = 0
     candidate_tokens: int = 0

@@ -4,9 +4,11 @@ Measures in one process (the same loaded model):
 1. accuracy per type of `jet` (chat template, describe perception) with 95% episode-bootstrap intervals,
    against the majority-class and random baselines;
 2. FastJEV's logical candidate-token reduction by the trie on this set (the paper's anchor: 62.84%);
-3. forward tokens per frame: the eight questions' prefixes computed separately vs the frame's shared
-   prefix computed once (tokens of the common prefix counted once);
-4. latency per frame (eight questions in one `decide_many`) of jet / fastjev S+P / fastjev T+S+P on
+3. forward prefix tokens per frame, summed from the scorers' `Usage.prefix_tokens`: `jet` with the frame's
+   shared context run once (its default `min_shared_prefix`) vs `jet` with `min_shared_prefix=0` (each of
+   the eight questions runs its own prefix), over every frame; and whether their choices agree;
+4. latency per frame (eight questions in one `decide_many`) of jet / jet without the shared context /
+   fastjev S+P / fastjev T+S+P on
    `--timing-frames` frames: interleaved in a seeded random order, `--rounds` rounds after one warm-up
    round; median, interquartile range and the first measured pass;
 5. accuracy of fastjev T+S+P with pruning k (default 6) and the paired episode-bootstrap interval of its
@@ -40,28 +42,26 @@ def _frames(questions) -> dict[str, list]:
     return frames
 
 
-def token_counts(scorer, questions) -> dict:
-    """Trie reduction of candidate tokens and shared-prefix forward tokens, summed over the set."""
+def trie_counts(scorer, questions) -> dict:
+    """Logical candidate tokens with and without the trie, summed over the set."""
     from jetgym.scorers.fastjev.trie import CandidateTrie
 
-    merged = unmerged = separate = shared = 0
-    frames = _frames(questions)
-    for items in frames.values():
-        encoded = [scorer.encode(q)[1] for q in items]
-        for e in encoded:
-            trie = CandidateTrie.build(len(e.prefix), e.continuations)
-            merged += trie.logical_tokens
-            unmerged += trie.unmerged_tokens
-        prefixes = [e.prefix for e in encoded]
-        common = 0
-        while all(len(p) > common for p in prefixes) and len({p[common] for p in prefixes}) == 1:
-            common += 1
-        separate += sum(len(p) for p in prefixes)
-        shared += common + sum(len(p) - common for p in prefixes)
+    merged = unmerged = 0
+    for q in questions:
+        e = scorer.encode(q)[1]
+        trie = CandidateTrie.build(len(e.prefix), e.continuations)
+        merged += trie.logical_tokens
+        unmerged += trie.unmerged_tokens
     return {"candidate_tokens_unmerged": unmerged, "candidate_tokens_merged": merged,
-            "trie_reduction": 1 - merged / unmerged, "frames": len(frames),
-            "prefix_tokens_per_frame_separate": separate / len(frames),
-            "prefix_tokens_per_frame_shared": shared / len(frames)}
+            "trie_reduction": 1 - merged / unmerged, "frames": len(_frames(questions))}
+
+
+def forward_tokens(questions, rows: list[dict]) -> dict:
+    """Prefix and candidate tokens the model ran per frame, from the decisions' usage."""
+    frames = _frames(questions)
+    prefix = sum(r["usage"]["prefix_tokens"] for r in rows)
+    candidate = sum(r["usage"]["candidate_tokens"] for r in rows)
+    return {"prefix_tokens_per_frame": prefix / len(frames), "candidate_tokens_per_frame": candidate / len(frames)}
 
 
 def latency(methods: dict, frames: list[list], rounds: int, seed: int) -> dict:
@@ -90,7 +90,7 @@ def latency(methods: dict, frames: list[list], rounds: int, seed: int) -> dict:
 
 def decide_all(scorer, questions, desc: str) -> list[dict]:
     rows = []
-    chunk = 64
+    chunk = 64  # whole frames (eight questions each, consecutive): a frame's questions are scored in one call
     for start in tqdm(range(0, len(questions), chunk), desc=desc):
         rows.extend(d.to_dict() for d in scorer.decide_many(questions[start:start + chunk]))
     return rows
@@ -109,18 +109,29 @@ def run(args) -> dict:
     loaded = load_model(args.model)
     common = dict(model=loaded, template="chat")
     jet = make_scorer("jet", **common)
+    jet_alone = make_scorer("jet", min_shared_prefix=0, **common)  # every question runs its own prefix
     sp = make_scorer("fastjev", components=["S", "P"], pruning_k=args.k, **common)
     tsp = make_scorer("fastjev", components=["T", "S", "P"], pruning_k=args.k, **common)
     results = {"command": "python -m jetgym.scripts.bench_libero " + " ".join(sys.argv[1:]), "model": args.model,
                "dtype": "float32", "device": "cpu", "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                "machine": platform.processor() or platform.machine(), "k": args.k, "questions": len(questions)}
-    results["tokens"] = token_counts(tsp, questions)
+    results["tokens"] = trie_counts(tsp, questions)
     frames = list(_frames(questions).values())
     step = max(1, len(frames) // args.timing_frames)
     timing = frames[::step][: args.timing_frames]
-    results["latency"] = latency({"jet": jet, "fastjev S+P": sp, "fastjev T+S+P": tsp}, timing, args.rounds, args.seed)
+    methods = {"jet": jet, "jet, no shared context": jet_alone, "fastjev S+P": sp, "fastjev T+S+P": tsp}
+    results["latency"] = latency(methods, timing, args.rounds, args.seed)
     results["timing_frames"] = len(timing)
     jet_rows = decide_all(jet, questions, "jet")
+    alone_rows = decide_all(jet_alone, questions, "jet, no shared context")
+    results["shared_context"] = {
+        "min_shared_prefix": jet.options.min_shared_prefix,
+        "shared": forward_tokens(questions, jet_rows),
+        "separate": forward_tokens(questions, alone_rows),
+        "same_choices": sum(a["choice"] == b["choice"] for a, b in zip(jet_rows, alone_rows)) / len(jet_rows),
+        "max_logprob_delta": max(abs(x - y) for a, b in zip(jet_rows, alone_rows)
+                                 for x, y in zip(a["logprobs"], b["logprobs"])),
+    }
     tsp_rows = decide_all(tsp, questions, f"fastjev T+S+P k={args.k}")
     results["jet"] = libero_summary(questions, jet_rows)
     results["fastjev"] = libero_summary(questions, tsp_rows)
@@ -142,7 +153,7 @@ def _pct(x: float) -> str:
 
 
 def render(r: dict) -> str:
-    t, j, f = r["tokens"], r["jet"], r["fastjev"]
+    t, j, f, c = r["tokens"], r["jet"], r["fastjev"], r["shared_context"]
     lines = [
         "## LIBERO-10 offline QA (shipped set, embedded model)",
         "",
@@ -168,9 +179,12 @@ def render(r: dict) -> str:
         f"**Candidate tokens, trie:** {t['candidate_tokens_unmerged']} -> {t['candidate_tokens_merged']} "
         f"(**{_pct(t['trie_reduction'])}%** fewer; paper anchor on its LIBERO set: 62.84%).",
         "",
-        f"**Forward prefix tokens per frame:** {t['prefix_tokens_per_frame_separate']:.1f} as scored now (each question "
-        f"runs its own prefix), {t['prefix_tokens_per_frame_shared']:.1f} if the frame's shared context ran once "
-        "(not implemented yet: the scorers share a prefix within a question, not across questions).",
+        f"**Forward prefix tokens per frame** (`jet`, summed from `Usage.prefix_tokens`): "
+        f"{c['shared']['prefix_tokens_per_frame']:.1f} with the frame's shared context run once "
+        f"(`min_shared_prefix={c['min_shared_prefix']}`), {c['separate']['prefix_tokens_per_frame']:.1f} with each "
+        f"question running its own prefix (`min_shared_prefix=0`); candidate tokens "
+        f"{c['shared']['candidate_tokens_per_frame']:.1f} either way. Choices equal on {_pct(c['same_choices'])}% of "
+        f"the questions, largest log-likelihood difference {c['max_logprob_delta']:.1e}.",
         "",
         f"**Latency per frame** (8 questions, {r['timing_frames']} frames, interleaved seeded order, warm-up excluded):",
         "",

@@ -13,7 +13,8 @@ import pytest
 from jetgym.scorers import execution
 from jetgym.scorers.fastjev.options import FastJevOptions, parse_components
 from jetgym.scorers.fastjev.trie import CandidateTrie
-from tiny_models import VOCAB, random_question, shared_question, tiny_llama, tiny_qwen3, tiny_qwen35_hybrid
+from tiny_models import (VOCAB, frame_questions, random_question, shared_question, tiny_llama, tiny_qwen3,
+                         tiny_qwen35_hybrid)
 
 TOLERANCE = 1e-4
 ATTENTION = {"llama": tiny_llama, "qwen3": tiny_qwen3}
@@ -63,6 +64,27 @@ def test_packed_trie_equals_independent(name):
             assert max_delta(scored.logprobs, execution.score_independent(model, q).logprobs) < TOLERANCE
 
 
+@pytest.mark.parametrize("name", sorted(ATTENTION))
+def test_packed_trie_shares_a_common_prefix(name):
+    """Neighbours with a common prefix run it once (common prefix -> own tail -> trie), in one call, over
+    several calls, with the prefix pass first (pruning), or alone when too large: scores as without sharing."""
+    from jetgym.scorers.fastjev.packed import score_packed_many
+
+    model = ATTENTION[name]()
+    rng = random.Random(17)
+    qs = frame_questions(rng, 20, [4, 0, 7, 2]) + [random_question(rng)] + frame_questions(rng, 12, [3, 6], 50)
+    items = [(q.prefix, CandidateTrie.build(len(q.prefix), q.continuations)) for q in qs]
+    for max_batch_tokens in (6, 60, 4096):
+        shared = score_packed_many(model, items, max_batch_tokens, min_shared=8)
+        for scored, q in zip(shared, qs):
+            assert max_delta(scored.logprobs, execution.score_independent(model, q).logprobs) < TOLERANCE
+    assert sum(s.work.prefix_tokens for s in shared) == sum(len(q.prefix) for q in qs) - 3 * 20 - 12
+    assert [s.work.forward_calls for s in shared] == [1] * len(qs)
+    pruned = score_packed_many(model, items, 4096, skip=(1,), min_shared=8)
+    for a, b in zip(pruned, score_packed_many(model, items, 4096, skip=(1,))):
+        assert max_delta(a.logprobs, b.logprobs) < TOLERANCE
+
+
 @pytest.mark.parametrize("block", [1, 3, 32])
 def test_tree_attention_equals_dense_mask(block):
     """Each query sees exactly its root path: same output as one dense masked attention over all keys."""
@@ -101,7 +123,7 @@ def test_grouped_sdpa_equals_transformers_sdpa():
     import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    from jetgym.scorers.fastjev.attention import grouped_sdpa_forward
+    from jetgym.scorers.attention import grouped_sdpa_forward
 
     generator = torch.Generator().manual_seed(0)
     query = torch.randn(4, 6, 5, 8, generator=generator)

@@ -49,6 +49,17 @@ def random_question(rng: random.Random, n_candidates: int | None = None) -> Enco
     return EncodedQuestion(prefix, tuple(candidates))
 
 
+def frame_questions(rng, shared: int, tails, first_token: int = 0):
+    """Questions whose prefixes are one common part + their own tail (tail lengths `tails`; 0 = the whole
+    prefix is the common part). Tails start with distinct tokens, so the common part is exactly `shared`."""
+    common = tuple(rng.randrange(VOCAB) for _ in range(shared))
+    out = []
+    for k, n in enumerate(tails):
+        tail = (first_token + k,) + tuple(rng.randrange(VOCAB) for _ in range(n - 1)) if n else ()
+        out.append(EncodedQuestion(common + tail, random_question(rng).continuations))
+    return out
+
+
 # ---------------------------------------------------------------- hybrid (recurrent + attention) models
 
 def tiny_qwen3_5(vocab_size: int = VOCAB, layer_types=("linear_attention", "full_attention", "linear_attention")):

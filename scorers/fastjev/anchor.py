@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import torch
 from transformers import cache_utils as cu
 
+from jetgym.scorers.kernels import live_bytes
+
 
 @dataclass
 class NodeState:
@@ -145,34 +147,18 @@ class BranchCache(cu.Cache):
 
 
 class StateLedger:
-    """Peak live state bytes over observation points (distinct storages counted once)."""
+    """Peak live state bytes over observation points (distinct storages counted once, `kernels.live_bytes`)."""
 
     def __init__(self):
         self.peak = 0
         self.peak_recurrent = 0
 
     def observe(self, states, caches=()):
-        seen, total, recurrent = set(), 0, 0
-
-        def count(tensor, is_recurrent):
-            nonlocal total, recurrent
-            if tensor is None:
-                return
-            storage = tensor.untyped_storage()
-            key = storage.data_ptr()
-            if key in seen:
-                return
-            seen.add(key)
-            total += storage.nbytes()
-            recurrent += storage.nbytes() if is_recurrent else 0
-
-        for state in states:
-            for kind, a, b in state.layers:
-                count(a, kind == "linear")
-                count(b, kind == "linear")
-        for cache in caches:
-            for layer in cache.layers:
-                for tensor in layer.live():
-                    count(tensor, isinstance(layer, AnchoredLinear))
-        self.peak = max(self.peak, total)
+        seen: set = set()
+        recurrent = live_bytes((t for state in states for kind, *pair in state.layers if kind == "linear" for t in pair), seen)
+        recurrent += live_bytes((t for cache in caches for layer in cache.layers if isinstance(layer, AnchoredLinear)
+                                 for t in layer.live()), seen)
+        other = live_bytes((t for state in states for t in state.tensors()), seen)
+        other += live_bytes((t for cache in caches for layer in cache.layers for t in layer.live()), seen)
+        self.peak = max(self.peak, recurrent + other)
         self.peak_recurrent = max(self.peak_recurrent, recurrent)

@@ -36,7 +36,7 @@ def layer_scores(scorer, questions, progress: bool = True) -> list[list[float]]:
     from .packed import PackedGroup
     from .segmented import score_segmented
     from .trie import CandidateTrie
-    from jetgym.scorers.execution import _groups
+    from jetgym.scorers.kernels import greedy_groups
 
     n_layers = scorer.n_layers
     encoded = [scorer.encode(q)[1] for q in questions]
@@ -47,7 +47,7 @@ def layer_scores(scorer, questions, progress: bool = True) -> list[list[float]]:
     bar = tqdm(total=len(encoded) * (n_layers + 1), desc="calibration", unit="pass", disable=not progress)
     if scorer.loaded.kind == "attention":
         costs = [(i, len(e.prefix) + len(t.fed())) for i, (e, t) in enumerate(zip(encoded, tries))]
-        for group in _groups(costs, capacity):
+        for group in greedy_groups(costs, capacity):
             packed = PackedGroup([(encoded[i].prefix, tries[i]) for i in group], capacity)
             packed.run_prefix(model)
             base, _ = packed.run_nodes(model, ())

@@ -1,19 +1,21 @@
 """The packed schedule (attention-only models): every fed trie node of a question in ONE forward call.
 
-A `TrieCall` holds tokens tagged (block, parent slot, position): a token sees earlier prefix tokens of
-its own block (question) and its ancestor-or-self trie nodes, nothing else (tree attention, see
-`tree_attention.py`); this generalizes `jetgym.scorers.execution.PackedCall` (whose candidates are chains) to
-trees. Several questions share a call. Without pruning, prefixes and nodes share one call; with pruning
-the prefixes run first with every layer (their cache is the anchor), then the nodes run over it with the
-mask's layers skipped. Nodes beyond max_batch_tokens run as further calls over the grown cache (a call
-holds at most max_batch_tokens nodes, parents before children).
+The call is a `kernels.TreeCall`: each question's prefix is a chain and its fed trie nodes hang from the
+prefix's last token (a node's parent key is its trie parent's), so a token sees its own question's prefix
+and its ancestor-or-self trie nodes, nothing else; it runs as tree attention (`tree_attention.py`) in one
+batch row. Several questions share a call, and neighbouring questions whose prefixes begin with at least
+`min_shared` common tokens share that part once (common prefix -> each question's own prefix tail -> its
+trie; `kernels.shared_rows`). Without pruning, prefixes and nodes share one call; with pruning the prefixes
+run first with every layer (their cache is the anchor), then the nodes run over it with the mask's layers
+skipped. Nodes beyond max_batch_tokens run as further calls over the grown cache (a call holds at most
+max_batch_tokens nodes, parents before children).
 """
 
 from __future__ import annotations
 
 import torch
 
-from jetgym.scorers.execution import Scored, _device, _gather_sums, _groups
+from jetgym.scorers.kernels import Scored, TreeCall, gather_by_owner, greedy_groups, model_device, shared_rows, split_evenly
 
 from .anchor import BranchCache, StateLedger, snapshot_prefix
 from .pruning import skipping
@@ -21,97 +23,31 @@ from .tree_attention import build_layout, tree_attention
 from .trie import ROOT, CandidateTrie
 
 
-class TrieCall:
-    """Tokens of one packed call; `up` is the call slot of a node's parent (-1 for root nodes and prefix tokens)."""
-
-    def __init__(self):
-        self.tokens: list[int] = []
-        self.block: list[int] = []
-        self.position: list[int] = []
-        self.up: list[int] = []
-        self.is_node: list[bool] = []
-        self.rows: list[int] = []
-        self.targets: list[int] = []
-        self.owners: list[tuple[int, int]] = []  # (question, node)
-
-    def __len__(self):
-        return len(self.tokens)
-
-    def add_prefix(self, block: int, prefix, trie: CandidateTrie | None, question: int):
-        for position, token in enumerate(prefix):
-            self._append(token, block, position, -1, False)
-        if trie is not None:  # the prefix's last logits predict the root nodes
-            for r in trie.roots:
-                self.rows.append(len(self.tokens) - 1)
-                self.targets.append(trie.token[r])
-                self.owners.append((question, r))
-
-    def add_nodes(self, block: int, trie: CandidateTrie, nodes, question: int):
-        slot = {}
-        for node in nodes:
-            up = trie.parent[node]
-            slot[node] = self._append(trie.token[node], block, trie.position[node], slot.get(up, -1) if up != ROOT else -1, True)
-            for child in trie.children[node]:
-                self.rows.append(slot[node])
-                self.targets.append(trie.token[child])
-                self.owners.append((question, child))
-
-    def _append(self, token, block, position, up, is_node) -> int:
-        self.tokens.append(token)
-        self.block.append(block)
-        self.position.append(position)
-        self.up.append(up)
-        self.is_node.append(is_node)
-        return len(self.tokens) - 1
-
-    def parents(self, cached: "TrieCall | None" = None) -> list[int]:
-        """Parent key of every key (cached call first, then this call): a prefix token's is the token before it
-        in its block, a root node's the last prefix token of its block, another node's its parent node."""
-        parents, last = [], {}
-        for call, offset in ((cached, 0), (self, len(cached) if cached is not None else 0)):
-            if call is None:
-                continue
-            for i in range(len(call)):
-                if not call.is_node[i]:
-                    parents.append(last.get(call.block[i], -1))
-                    last[call.block[i]] = offset + i
-                else:
-                    parents.append(offset + call.up[i] if call.up[i] >= 0 else last[call.block[i]])
-        return parents
-
-    @torch.inference_mode()
-    def run(self, model, cached: "TrieCall | None" = None, anchor=None, keep: bool = False, start: int = 0,
-            end: int | None = None):
-        """One forward call over slots [start, end) on `anchor` (the cached call and slots before start):
-        the log-prob of every (question, node) target predicted in the slice, and the grown state if `keep`."""
-        end = len(self) if end is None else end
-        device = _device(model)
-        picks = [i for i, r in enumerate(self.rows) if start <= r < end]
-        rows = sorted({self.rows[i] for i in picks})
-        row_of = {r: i for i, r in enumerate(rows)}
-        cache = BranchCache(anchor, 1, share=True, keep=keep) if anchor is not None else None
-        first = (len(cached) if cached is not None else 0) + start
-        layout = build_layout(self.parents(cached)[: first + end - start], first, device)
-        with tree_attention(model):
-            out = model(
-                input_ids=torch.tensor([self.tokens[start:end]], device=device),
-                position_ids=torch.tensor([self.position[start:end]], device=device),
-                cache=cache,
-                use_cache=keep or cache is not None,
-                logits_to_keep=torch.tensor([r - start for r in rows] or [0], device=device),
-                tree_layout=layout,
-            )
-        result = {}
-        if picks:
-            owners = sorted({self.owners[i] for i in picks})
-            slot = {o: i for i, o in enumerate(owners)}
-            sums = _gather_sums(out.logits[0], [row_of[self.rows[i]] for i in picks], [self.targets[i] for i in picks],
-                                [slot[self.owners[i]] for i in picks], len(owners))
-            result = dict(zip(owners, sums))
-        if not keep:
-            return result, None
-        length = first + end - start
-        return result, (cache.row_state(0, length) if cache is not None else snapshot_prefix(out.cache, length))
+@torch.inference_mode()
+def run_tree(model, call: TreeCall, start: int = 0, end: int | None = None, anchor=None, keep: bool = False):
+    """One forward call over keys [start, end) of `call` on `anchor` (the `NodeState` of the keys before
+    start): {owner: log-prob} of the targets predicted in the slice, and the grown state if `keep`."""
+    end = len(call) if end is None else end
+    device = model_device(model)
+    picks = call.fed_targets(start, end)
+    rows = sorted({call.rows[t] for t in picks})
+    row_of = {r: i for i, r in enumerate(rows)}
+    cache = BranchCache(anchor, 1, share=True, keep=keep) if anchor is not None else None
+    layout = build_layout(call.parent[:end], start, device)
+    with tree_attention(model):
+        out = model(
+            input_ids=torch.tensor([call.tokens[start:end]], device=device),
+            position_ids=torch.tensor([call.position[start:end]], device=device),
+            cache=cache,
+            use_cache=keep or cache is not None,
+            logits_to_keep=torch.tensor([r - start for r in rows] or [0], device=device),
+            tree_layout=layout,
+        )
+    result = gather_by_owner(out.logits[0], [row_of[call.rows[t]] for t in picks], [call.targets[t] for t in picks],
+                             [call.owners[t] for t in picks])
+    if not keep:
+        return result, None
+    return result, (cache.row_state(0, end) if cache is not None else snapshot_prefix(out.cache, end))
 
 
 def packed_tokens(prefix, trie: CandidateTrie) -> int:
@@ -119,73 +55,106 @@ def packed_tokens(prefix, trie: CandidateTrie) -> int:
     return len(prefix) + len(trie.fed())
 
 
+def add_prefixes(call: TreeCall, items, members: list[int], common: int, nodes: bool) -> dict[int, int]:
+    """The members' common prefix once, then each member's prefix tail (its last key predicts the root nodes)
+    and, with `nodes`, its fed trie nodes. Returns each member's last prefix key. Owners are (question, node)."""
+    shared = call.add_chain(items[members[0]][0][:common], -1, 0)
+    lasts = {}
+    for q in members:
+        prefix, trie = items[q]
+        lasts[q] = last = call.add_chain(prefix[common:], shared, common)
+        for r in trie.roots:
+            call.predict(last, trie.token[r], (q, r))
+        if nodes:
+            add_nodes(call, q, trie, last)
+    return lasts
+
+
+def add_nodes(call: TreeCall, q: int, trie: CandidateTrie, last: int) -> None:
+    """Question q's fed trie nodes under its last prefix key; each node's logits predict its children."""
+    key: dict[int, int] = {}
+    for node in trie.fed():
+        up = trie.parent[node]
+        key[node] = call.add(trie.token[node], last if up == ROOT else key[up], trie.position[node])
+        for child in trie.children[node]:
+            call.predict(key[node], trie.token[child], (q, child))
+
+
 class PackedGroup:
     """Questions scored together. `run_prefix` once (all layers), then `run_nodes(skip)` any number of times
-    (calibration reuses one prefix pass for every skipped layer)."""
+    (calibration reuses one prefix pass for every skipped layer). `units`: (members, common prefix length)
+    whose common prefix runs once (default: every question alone)."""
 
-    def __init__(self, items: list[tuple[tuple[int, ...], CandidateTrie]], max_batch_tokens: int):
+    def __init__(self, items: list[tuple[tuple[int, ...], CandidateTrie]], max_batch_tokens: int, units=None):
         self.items = items
         self.capacity = max_batch_tokens
-        self.prefix_call = None
+        self.units = units or [([q], len(prefix)) for q, (prefix, _) in enumerate(items)]
+        self.call = TreeCall()
+        lasts: dict[int, int] = {}
+        for members, common in self.units:
+            lasts.update(add_prefixes(self.call, items, members, common, nodes=False))
+        self.prefix_end = len(self.call)
+        for q, (_, trie) in enumerate(items):
+            add_nodes(self.call, q, trie, lasts[q])
         self.anchor = None
         self.root_lp: dict = {}
         self.ledger = StateLedger()  # peak bytes of the states kept between calls
 
     def run_prefix(self, model):
-        call = TrieCall()
-        for q, (prefix, trie) in enumerate(self.items):
-            call.add_prefix(q, prefix, trie, q)
-        self.root_lp, self.anchor = call.run(model, keep=True)
-        self.prefix_call = call
+        self.root_lp, self.anchor = run_tree(model, self.call, 0, self.prefix_end, keep=True)
         self.ledger.observe([self.anchor])
 
     def run_nodes(self, model, skip=()) -> tuple[list[list[float]], int]:
         """Candidate logits per question and the number of node calls: the fed nodes of every question in
         calls of at most max_batch_tokens (parents first); each call attends to the keys before it."""
-        call = TrieCall()
-        for q, (_, trie) in enumerate(self.items):
-            call.add_nodes(q, trie, trie.fed(), q)
         results, anchor = dict(self.root_lp), self.anchor
-        starts = range(0, len(call), self.capacity)
+        starts = range(self.prefix_end, len(self.call), self.capacity)
         for start in starts:
-            end = min(start + self.capacity, len(call))
+            end = min(start + self.capacity, len(self.call))
             with skipping(model, skip):
-                out, anchor = call.run(model, self.prefix_call, anchor, keep=end < len(call), start=start, end=end)
+                out, anchor = run_tree(model, self.call, start, end, anchor, keep=end < len(self.call))
             results.update(out)
             if anchor is not None:
                 self.ledger.observe([anchor])
-        scores = [trie.path_sums([results.get((q, n), 0.0) for n in range(len(trie))]) for q, (_, trie) in enumerate(self.items)]
-        return scores, len(starts)
+        return _path_sums(self.items, results), len(starts)
+
+
+def _path_sums(items, node_lp: dict) -> list[list[float]]:
+    return [trie.path_sums([node_lp.get((q, n), 0.0) for n in range(len(trie))]) for q, (_, trie) in enumerate(items)]
 
 
 @torch.inference_mode()
 def score_packed_many(model, items: list[tuple[tuple[int, ...], CandidateTrie]], max_batch_tokens: int,
-                      skip=()) -> list[Scored]:
-    """Pack questions into groups of at most max_batch_tokens tokens (an oversized question alone)."""
+                      skip=(), min_shared: int = 0) -> list[Scored]:
+    """Pack questions into calls of at most max_batch_tokens tokens (an oversized question alone); rows of
+    neighbouring questions with at least `min_shared` common prefix tokens run that part once (0: never)."""
     results: list[Scored | None] = [None] * len(items)
-    costs = [(i, packed_tokens(p, t)) for i, (p, t) in enumerate(items)]
-    fitting = [(i, c) for i, c in costs if c <= max_batch_tokens]
-    groups = _groups(fitting, max_batch_tokens) + [[i] for i, c in costs if c > max_batch_tokens]
+    rows, alone = shared_rows([p for p, _ in items], [len(t.fed()) for _, t in items], max_batch_tokens, min_shared)
+    groups = [[rows[r] for r in group] for group in greedy_groups([(r, row[2]) for r, row in enumerate(rows)], max_batch_tokens)]
+    groups += [[([i], len(items[i][0]), packed_tokens(*items[i]))] for i in alone]
     for group in groups:
-        members = [items[i] for i in group]
-        if skip or any(costs[i][1] > max_batch_tokens for i in group):
-            packed = PackedGroup(members, max_batch_tokens)
+        order = [i for members, _, _ in group for i in members]
+        local = {i: q for q, i in enumerate(order)}
+        members_items = [items[i] for i in order]
+        units = [([local[i] for i in members], common) for members, common, _ in group]
+        if skip or sum(tokens for _, _, tokens in group) > max_batch_tokens:
+            packed = PackedGroup(members_items, max_batch_tokens, units)
             packed.run_prefix(model)
             scores, node_calls = packed.run_nodes(model, skip)
             calls, kept = 1 + node_calls, packed.ledger.peak
         else:  # prefixes and nodes in one call, nothing kept
-            call = TrieCall()
-            for q, (prefix, trie) in enumerate(members):
-                call.add_prefix(q, prefix, trie, q)
-                call.add_nodes(q, trie, trie.fed(), q)
-            lp, _ = call.run(model)
-            scores = [trie.path_sums([lp.get((q, n), 0.0) for n in range(len(trie))]) for q, (_, trie) in enumerate(members)]
+            call = TreeCall()
+            for members, common in units:
+                add_prefixes(call, members_items, members, common, nodes=True)
+            lp, _ = run_tree(model, call)
+            scores = _path_sums(members_items, lp)
             calls, kept = 1, 0
-        for q, i in enumerate(group):
-            prefix, trie = members[q]
-            results[i] = Scored(scores[q])
-            results[i].work.prefix_tokens = len(prefix)
-            results[i].work.candidate_tokens = len(trie.fed())
-            results[i].work.forward_calls = calls
-            results[i].work.cache_bytes = kept
+        for members, common, _ in group:
+            for i, share in zip(members, split_evenly(common, len(members))):
+                prefix, trie = items[i]
+                results[i] = Scored(scores[local[i]])
+                results[i].work.prefix_tokens = share + len(prefix) - common
+                results[i].work.candidate_tokens = len(trie.fed())
+                results[i].work.forward_calls = calls
+                results[i].work.cache_bytes = kept
     return results

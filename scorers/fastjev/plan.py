@@ -19,7 +19,7 @@ from .blocks import padded_pairs
 from .trie import ROOT, CandidateTrie, sibling_groups
 
 
-def segmented_cost(trie: CandidateTrie, capacity: int, call_tokens: float, pair_cost: float) -> float:
+def segmented_plan_cost(trie: CandidateTrie, capacity: int, call_tokens: float, pair_cost: float) -> float:
     segments = trie.segments()
     kids: dict[int, list[int]] = {}
     for s, segment in enumerate(segments):
@@ -36,7 +36,7 @@ def segmented_cost(trie: CandidateTrie, capacity: int, call_tokens: float, pair_
     return cost
 
 
-def packed_cost(trie: CandidateTrie, capacity: int, call_tokens: float, pair_cost: float, pruned: bool) -> float:
+def packed_plan_cost(trie: CandidateTrie, capacity: int, call_tokens: float, pair_cost: float, pruned: bool) -> float:
     fed = trie.fed()
     if not fed:
         return 0.0
@@ -54,11 +54,11 @@ def node_parents(trie: CandidateTrie) -> list[int]:
 
 def plan_costs(shared: CandidateTrie | None, flat: CandidateTrie, capacity: int, call_tokens: float, pair_cost: float,
                attention_only: bool, pruned: bool) -> dict[str, float]:
-    costs = {"flat": segmented_cost(flat, capacity, call_tokens, pair_cost)}
+    costs = {"flat": segmented_plan_cost(flat, capacity, call_tokens, pair_cost)}
     if shared is not None:
-        costs["segmented"] = segmented_cost(shared, capacity, call_tokens, pair_cost)
+        costs["segmented"] = segmented_plan_cost(shared, capacity, call_tokens, pair_cost)
         if attention_only:
-            costs["packed"] = packed_cost(shared, capacity, call_tokens, pair_cost, pruned)
+            costs["packed"] = packed_plan_cost(shared, capacity, call_tokens, pair_cost, pruned)
     return costs
 
 

@@ -114,7 +114,8 @@ class FastJevScorer(ScorerBase):
         packed = [i for i, (name, _) in enumerate(plans) if name == "packed"]
         if packed:
             items = [(encoded_all[i].prefix, plans[i][1]) for i in packed]
-            for i, scored in zip(packed, score_packed_many(model, items, self.options.max_batch_tokens, skip)):
+            scored_all = score_packed_many(model, items, self.options.max_batch_tokens, skip, self.options.min_shared_prefix)
+            for i, scored in zip(packed, scored_all):
                 results[i] = scored
         for i, (name, trie) in enumerate(plans):
             if name != "packed":

@@ -6,39 +6,31 @@ segments only with equal lengths (their final states are kept, so no padding may
 leaf segments right-padded (padding after a leaf's last token changes none of its outputs, and leaf
 states are dropped). A parent's state is released once all its children ran (Share/Drop); with
 share=False every branch copies its initial state and every final state is kept (Copy/Keep).
-On `sdpa` models the rows' attention runs as grouped-query SDPA (`attention.py`): the context keys are
-never repeated per query head.
+Each call is `kernels.run_chains`: on `sdpa` models the rows' attention runs as grouped-query SDPA
+(`jetgym.scorers.attention`), so the context keys are never repeated per query head.
 """
 
 from __future__ import annotations
 
 import torch
 
-from jetgym.scorers.execution import Scored, _device, _gather_sums
+from jetgym.scorers.kernels import Scored, prefix_call, run_chains
 
 from .anchor import BranchCache, StateLedger, snapshot_prefix
-from .attention import grouped_rows
 from .pruning import skipping
 from .trie import ROOT, CandidateTrie, sibling_groups
 
 
-@torch.inference_mode()
 def prefix_anchor(model, prefix, trie: CandidateTrie, scored: Scored, node_lp: list[float]):
-    """Prefix forward with every layer: the anchor state, and the root nodes' log-probs."""
-    device = _device(model)
-    out = model(input_ids=torch.tensor([list(prefix)], device=device), use_cache=True, logits_to_keep=1)
-    roots = trie.roots
-    sums = _gather_sums(out.logits[0, -1:], [0] * len(roots), [trie.token[r] for r in roots], list(range(len(roots))), len(roots))
-    for r, value in zip(roots, sums):
+    """Prefix forward with every layer (`kernels.prefix_call`): the anchor state, and the root nodes' log-probs."""
+    cache, sums = prefix_call(model, prefix, [trie.token[r] for r in trie.roots], scored.work)
+    for r, value in zip(trie.roots, sums):
         node_lp[r] = value
-    scored.work.prefix_tokens += len(prefix)
-    scored.work.forward_calls += 1
-    return snapshot_prefix(out.cache, len(prefix))
+    return snapshot_prefix(cache, len(prefix))
 
 
 @torch.inference_mode()
 def score_segmented(model, prefix, trie: CandidateTrie, max_batch_tokens: int, skip=(), share: bool = True) -> Scored:
-    device = _device(model)
     scored = Scored([])
     node_lp = [0.0] * len(trie)
     anchor = prefix_anchor(model, prefix, trie, scored, node_lp)
@@ -54,33 +46,16 @@ def score_segmented(model, prefix, trie: CandidateTrie, max_batch_tokens: int, s
         parent = stack.pop()
         length = states[parent].length
         for group, internal in sibling_groups(segments, kids.get(parent, []), max_batch_tokens):
-            width = max(len(segments[s].nodes) for s in group)
-            ids = torch.zeros(len(group), width, dtype=torch.long)
-            mask = torch.zeros(len(group), length + width, dtype=torch.long)
-            mask[:, :length] = 1
-            rows, targets, owners = [], [], []
-            for b, s in enumerate(group):
-                nodes = segments[s].nodes
-                ids[b, : len(nodes)] = torch.tensor([trie.token[n] for n in nodes])
-                mask[b, length : length + len(nodes)] = 1
-                for k, node in enumerate(nodes):
-                    for child in trie.children[node]:
-                        rows.append(b * width + k)
-                        targets.append(trie.token[child])
-                        owners.append(child)
+            chains = [[trie.token[n] for n in segments[s].nodes] for s in group]
+            targets = [[(k, trie.token[child], child) for k, node in enumerate(segments[s].nodes)
+                        for child in trie.children[node]] for s in group]
             cache = BranchCache(states[parent], len(group), share, keep=internal or not share)
-            positions = torch.arange(length, length + width).expand(len(group), width)
-            with skipping(model, skip), grouped_rows(model):
-                out = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device),
-                            cache=cache, use_cache=True)
-            local = sorted(set(owners))
-            slot = {node: i for i, node in enumerate(local)}
-            sums = _gather_sums(out.logits.reshape(-1, out.logits.shape[-1]), rows, targets, [slot[o] for o in owners], len(local))
-            for node, value in zip(local, sums):
+            with skipping(model, skip):
+                sums = run_chains(model, chains, targets, cache, length)
+            for node, value in sums.items():
                 node_lp[node] = value
-            scored.work.candidate_tokens += sum(len(segments[s].nodes) for s in group)
+            scored.work.candidate_tokens += sum(len(chain) for chain in chains)
             scored.work.forward_calls += 1
-            del out
             if internal or not share:
                 for b, s in enumerate(group):
                     states[s] = cache.row_state(b, length + len(segments[s].nodes))

@@ -3,7 +3,7 @@
 Every key (cached or new) has a parent key; a query sees its ancestors and itself. The queries are cut into
 blocks (`blocks.py`); a block's queries share one context and are causal among themselves, so a block needs
 the keys context + block and a mask `key < context + min(query + 1, length)`. Per bucket of blocks and layer:
-one gather of keys and one `grouped_sdpa` (`attention.py`). Attention work is the sum over queries of their
+one gather of keys and one `grouped_sdpa` (`jetgym.scorers.attention`). Attention work is the sum over queries of their
 visible keys (plus bucket padding) instead of queries x all keys.
 
 Used through `tree_attention(model)`, which switches the model's attention implementation for one call and
@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import torch
 from transformers import AttentionInterface
 
-from .attention import grouped_sdpa, use_attention
+from jetgym.scorers.attention import grouped_sdpa, use_attention
+
 from .blocks import BLOCK, buckets, query_blocks, span
 
 NAME = "jetgym_tree"

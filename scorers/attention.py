@@ -1,12 +1,13 @@
-"""Attention implementations switched on for one fastjev call, and grouped-query SDPA for batched rows.
+"""Attention implementations switched on for one call, and grouped-query SDPA for batched rows.
 
 transformers' `sdpa` repeats every key/value head once per query head of its group whenever a mask is
-given (`repeat_kv`). In a batch of candidate rows over one anchor that copies the context keys `groups`
+given (`repeat_kv`). In a batch of candidate rows over one context that copies the context keys `groups`
 times per row and layer; on the embedded model (3 groups) with 64 rows of 8 tokens the copies took as long
 as the attention itself. `grouped_sdpa` folds the group's query heads into the query axis instead,
 (B, H, q, D) -> (B, KV, groups * q, D) with the mask repeated along it, so keys are read as they are. Masks
 are built as for `sdpa` (its mask function is registered under the same name); calls it does not cover (no
-group, no mask, extra bias or softcap) go to transformers' `sdpa` unchanged.
+group, no mask, extra bias or softcap) go to transformers' `sdpa` unchanged. Every masked row call of the
+kernels (`jetgym.scorers.kernels`: `run_rows`, `run_chains`) runs through `grouped_rows`.
 """
 
 from __future__ import annotations

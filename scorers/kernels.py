@@ -1,0 +1,419 @@
+"""The model-call kernels every schedule of `jet` (`execution.py`, `sequential.py`) and FastJEV (`fastjev/`) is
+built from.
+
+- `prefix_call`: a context once with a cache; its last logits give the log-probs of the first candidate tokens.
+- `TreeCall`: the tokens of a packed call as a forest. Every key (cached or fed) has a parent key and an
+  explicit position; a token sees its ancestors and itself, nothing else. `jet`'s packed row (prefix, then
+  candidate chains hanging from its last token), a shared context with several questions' tails under it,
+  and FastJEV's candidate tries are all such forests.
+- `run_rows`: several `TreeCall`s as left-padded batch rows of ONE forward call, each with a dense ancestor
+  mask (any attention implementation; attention-only models), optionally over a cache of their first keys.
+- `run_chains`: right-padded chains continuing one cache (padding after a chain's last token changes none of
+  its outputs, so recurrent layers may run them too).
+- `gather_sums` / `gather_by_owner`: summed log_softmax of the target tokens per owner; only the sums leave
+  the device.
+- `row_batches` / `greedy_groups`: how items of given sizes fill calls of a token capacity.
+- `shared_prefix_groups` / `shared_rows`: runs of neighbouring questions whose prefixes begin alike, packed
+  as rows with the common part once.
+- `state_bytes` / `live_bytes`: the one byte counter of cached states (per tensor, or per distinct storage).
+Masked row calls read keys through grouped-query attention (`attention.grouped_rows`, no `repeat_kv`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Hashable, Sequence
+
+import torch
+
+from .attention import grouped_rows
+from .prompts import EncodedQuestion
+from .types import Usage
+
+
+@dataclass
+class Work:
+    """Per-question counters, frozen into `Usage` at the end."""
+
+    prefix_tokens: int = 0
+    candidate_tokens: int = 0
+    forward_calls: int = 0
+    cache_bytes: int = 0
+    image_tokens: int = 0
+
+    def usage(self) -> Usage:
+        return Usage(self.prefix_tokens, self.candidate_tokens, self.forward_calls, self.cache_bytes, self.image_tokens)
+
+
+@dataclass
+class Scored:
+    """Candidate log-likelihoods of one question and the work done; `peak_recurrent_bytes` is the
+    largest recurrent state kept at once (FastJEV's segmented schedule on hybrid models; 0 elsewhere)."""
+
+    logprobs: list[float]
+    work: Work = field(default_factory=Work)
+    peak_recurrent_bytes: int = 0
+
+
+def fed_tokens(question: EncodedQuestion) -> int:
+    """Continuation tokens a cached or packed schedule feeds (all but each candidate's last)."""
+    return sum(len(c) - 1 for c in question.continuations)
+
+
+def packed_tokens(question: EncodedQuestion) -> int:
+    """Tokens a question adds to a packed call on its own: prefix + fed continuation tokens."""
+    return len(question.prefix) + fed_tokens(question)
+
+
+def model_device(model) -> torch.device:
+    return model.get_input_embeddings().weight.device
+
+
+# ---------------------------------------------------------------- log-probs
+
+NORMALIZER_ROWS = 256  # logits rows normalized at a time
+
+
+def gather_sums(logits: torch.Tensor, rows: list[int], targets: list[int], owners: list[int], n: int) -> list[float]:
+    """Sum of log_softmax(logits[row])[target] per owner (0..n-1); only the n sums leave the device.
+
+    Normalized a chunk of rows at a time (no log_softmax copy of a many-row vocabulary tensor), as
+    log_softmax does: (logit - max) - log(sum(exp(logits - max))), the picked values combined in float64."""
+    device, logits = logits.device, logits.float()
+    peak = logits.amax(dim=-1)
+    log_total = torch.cat([(chunk - top[:, None]).exp_().sum(dim=-1).log_()
+                           for chunk, top in zip(logits.split(NORMALIZER_ROWS), peak.split(NORMALIZER_ROWS))])
+    rows_t = torch.tensor(rows, device=device)
+    picked = (logits[rows_t, torch.tensor(targets, device=device)].double() - peak[rows_t].double()) - log_total[rows_t].double()
+    sums = torch.zeros(n, dtype=torch.float64, device=device)
+    sums.index_add_(0, torch.tensor(owners, device=device), picked)
+    return sums.cpu().tolist()
+
+
+def gather_by_owner(logits: torch.Tensor, rows: list[int], targets: list[int], owners: list[Hashable]) -> dict:
+    """`gather_sums` with any hashable owners: {owner: summed log-prob}."""
+    slots = {owner: i for i, owner in enumerate(dict.fromkeys(owners))}
+    if not slots:
+        return {}
+    sums = gather_sums(logits, rows, targets, [slots[o] for o in owners], len(slots))
+    return dict(zip(slots, sums))
+
+
+# ---------------------------------------------------------------- prefix
+
+def prefix_inputs(model, question: EncodedQuestion, added: int = 0) -> dict:
+    """The question's extra prefix inputs (image pixels, grid, ...; none for text) on the model's device.
+
+    Per-token inputs (shape (1, prefix length), e.g. `mm_token_type_ids`) get `added` zeros (text tokens)
+    for the candidate tokens that follow the prefix in the same call."""
+    if not question.prefix_inputs:
+        return {}
+    device, p, inputs = model_device(model), len(question.prefix), {}
+    for name, value in question.prefix_inputs.items():
+        if isinstance(value, torch.Tensor):
+            if added and value.ndim == 2 and tuple(value.shape) == (1, p):
+                value = torch.cat([value, value.new_zeros(1, added)], dim=1)
+            value = value.to(device, model.dtype) if value.is_floating_point() else value.to(device)
+        inputs[name] = value
+    return inputs
+
+
+def forget_positions(model) -> None:
+    """Drop position offsets a vision-language model kept from its last prefix (Qwen-VL `rope_deltas`,
+    which its cached calls add to the cache length): the next prefix call sets them afresh."""
+    for module in model.modules():
+        if getattr(module, "rope_deltas", None) is not None:
+            module.rope_deltas = None
+
+
+@torch.inference_mode()
+def prefix_call(model, prefix: Sequence[int], targets: Sequence[int], work: Work, inputs: dict | None = None):
+    """Run `prefix` once with a cache (every layer); return (cache, log-probs of `targets` as next tokens).
+
+    `inputs`: the prefix's extra model inputs (`prefix_inputs`), None for text. Counts the prefix tokens and
+    the call in `work`."""
+    if inputs is not None:
+        forget_positions(model)
+    out = model(input_ids=torch.tensor([list(prefix)], device=model_device(model)), use_cache=True, logits_to_keep=1,
+                **(inputs or {}))
+    sums = gather_sums(out.logits[0, -1:], [0] * len(targets), list(targets), list(range(len(targets))), len(targets))
+    work.prefix_tokens += len(prefix)
+    work.forward_calls += 1
+    return out.cache, sums
+
+
+# ---------------------------------------------------------------- filling calls
+
+def greedy_groups(sizes: list[tuple[int, int]], capacity: int) -> list[list[int]]:
+    """Greedy groups of item indices, in order, whose summed size stays within capacity (one item at least)."""
+    groups, current, used = [], [], 0
+    for index, size in sizes:
+        if current and used + size > capacity:
+            groups.append(current)
+            current, used = [], 0
+        current.append(index)
+        used += size
+    if current:
+        groups.append(current)
+    return groups
+
+
+def row_batches(costs: list[tuple[int, int]], capacity: int) -> list[list[int]]:
+    """Batches of similar-length rows (sorted by cost) whose padded size rows x longest stays within capacity."""
+    batches, current, longest = [], [], 0
+    for index, cost in sorted(costs, key=lambda item: item[1]):
+        if current and (len(current) + 1) * max(longest, cost) > capacity:
+            batches.append(current)
+            current, longest = [], 0
+        current.append(index)
+        longest = max(longest, cost)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def common_length(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def shared_prefix_groups(prefixes: Sequence[Sequence[int]], min_shared: int,
+                         shareable: Sequence[bool] | None = None) -> list[tuple[list[int], int]]:
+    """(member indices, common prefix length) for runs of neighbouring prefixes scored with their common
+    part once; a prefix alone has common length = its own length.
+
+    A prefix joins the run before it when its longest common prefix with the run's common part is at least
+    `min_shared` tokens (0: never) and the tokens saved do not drop (common x (members - 1) after joining is
+    not below it before). `shareable[i]` False keeps item i alone (e.g. a question with images)."""
+    groups: list[tuple[list[int], int]] = []
+    for i, prefix in enumerate(prefixes):
+        if groups and min_shared > 0 and (shareable is None or shareable[i]):
+            members, common = groups[-1]
+            if shareable is None or shareable[members[0]]:
+                shared = common_length(prefixes[members[0]][:common], prefix)
+                if shared >= min_shared and shared * len(members) >= common * (len(members) - 1):
+                    groups[-1] = (members + [i], shared)
+                    continue
+        groups.append(([i], len(prefix)))
+    return groups
+
+
+def shared_rows(prefixes: Sequence[Sequence[int]], own: Sequence[int], capacity: int, min_shared: int,
+                shareable: Sequence[bool] | None = None) -> tuple[list[tuple[list[int], int, int]], list[int]]:
+    """Packed rows (members, common prefix length, tokens) of at most `capacity` tokens, and the items too
+    large for any row. A row's tokens: its common prefix once, then each member's prefix tail and its `own`
+    tokens (fed candidate tokens or trie nodes). A sharing group too large for one row is split into
+    consecutive rows, each with the common part once."""
+    rows, alone = [], []
+    for members, common in shared_prefix_groups(prefixes, min_shared, shareable):
+        current, used = [], common
+        for i in members:
+            tokens = len(prefixes[i]) - common + own[i]
+            if common + tokens > capacity:
+                alone.append(i)
+                continue
+            if current and used + tokens > capacity:
+                rows.append((current, common, used))
+                current, used = [], common
+            current.append(i)
+            used += tokens
+        if current:
+            rows.append((current, common, used))
+    return rows, alone
+
+
+def split_evenly(total: int, parts: int) -> list[int]:
+    """`total` in `parts` integer shares summing to it, the earlier parts taking the remainder."""
+    return [total // parts + (k < total % parts) for k in range(parts)]
+
+
+# ---------------------------------------------------------------- packed calls
+
+class TreeCall:
+    """The tokens of a packed forward call, laid out as a forest.
+
+    Keys are numbered in order: key k has a token, a parent key (-1: none) and an explicit position. A
+    token attends to its ancestors and itself only. A run may feed the keys from `start` on, the keys
+    before it being already in the cache. Each target names the key whose logits predict it and the
+    owner (any hashable) whose log-likelihood it joins; a run gathers the targets of the keys it feeds."""
+
+    def __init__(self):
+        self.tokens: list[int] = []
+        self.parent: list[int] = []
+        self.position: list[int] = []
+        self.rows: list[int] = []  # key whose logits predict the target
+        self.targets: list[int] = []
+        self.owners: list[Hashable] = []
+
+    def __len__(self):
+        return len(self.tokens)
+
+    def add(self, token: int, parent: int, position: int) -> int:
+        self.tokens.append(token)
+        self.parent.append(parent)
+        self.position.append(position)
+        return len(self.tokens) - 1
+
+    def add_chain(self, tokens: Sequence[int], parent: int, position: int) -> int:
+        """A chain of tokens under `parent` from `position` on; returns its last key (`parent` when empty)."""
+        for k, token in enumerate(tokens):
+            parent = self.add(token, parent, position + k)
+        return parent
+
+    def predict(self, key: int, target: int, owner: Hashable) -> None:
+        self.rows.append(key)
+        self.targets.append(target)
+        self.owners.append(owner)
+
+    def add_candidates(self, context: int, position: int, continuations, owners) -> None:
+        """Candidate chains after the key `context` (the last token of their prefix, at position - 1): its
+        logits predict each first token; all but each candidate's last token are fed and predict the next."""
+        for tokens, owner in zip(continuations, owners):
+            self.predict(context, tokens[0], owner)
+            key = context
+            for k, token in enumerate(tokens[:-1]):
+                key = self.add(token, key, position + k)
+                self.predict(key, tokens[k + 1], owner)
+
+    def visible(self, start: int = 0, end: int | None = None) -> torch.Tensor:
+        """Boolean (end - start, end) mask: key j is visible to fed key i iff j is i or an ancestor of i.
+
+        From a depth-first numbering: j is an ancestor-or-self of i iff order[j] <= order[i] < after[j]."""
+        end = len(self) if end is None else end
+        children: list[list[int]] = [[] for _ in range(end)]
+        roots = []
+        for k in range(end):
+            parent = self.parent[k]
+            (children[parent] if parent >= 0 else roots).append(k)
+        order, after, counter = [0] * end, [0] * end, 0
+        stack = [(k, False) for k in reversed(roots)]
+        while stack:
+            key, closing = stack.pop()
+            if closing:
+                after[key] = counter
+                continue
+            order[key] = counter
+            counter += 1
+            stack.append((key, True))
+            stack.extend((child, False) for child in reversed(children[key]))
+        first, last = torch.tensor(order), torch.tensor(after)
+        return (first[None, :] <= first[start:, None]) & (first[start:, None] < last[None, :])
+
+    def fed_targets(self, start: int, end: int) -> list[int]:
+        """Indices of the targets whose row is fed by a run of keys [start, end)."""
+        return [t for t, row in enumerate(self.rows) if start <= row < end]
+
+
+@torch.inference_mode()
+def run_rows(model, calls: list[TreeCall], start: int = 0, cache=None) -> list[dict]:
+    """One forward call over `calls` as left-padded batch rows, each feeding its keys from `start` on (the
+    keys before it are in `cache`, batch-expanded to the rows); returns {owner: summed log-prob} per call.
+
+    Each row's mask is its ancestor mask (`TreeCall.visible`); a padding token attends only to itself. Left
+    padding ends every row at the same position, so the logit rows kept (the union over rows) stay close to
+    the longest row's needs."""
+    device = model_device(model)
+    width = max(len(call) - start for call in calls)
+    ids = torch.zeros(len(calls), width, dtype=torch.long)
+    positions = torch.zeros(len(calls), width, dtype=torch.long)
+    allowed = torch.zeros(len(calls), width, start + width, dtype=torch.bool)
+    pads, picks = [], []
+    for b, call in enumerate(calls):
+        pad = width - (len(call) - start)
+        pads.append(pad)
+        ids[b, pad:] = torch.tensor(call.tokens[start:])
+        positions[b, pad:] = torch.tensor(call.position[start:])
+        visible = call.visible(start)
+        allowed[b, pad:, :start] = visible[:, :start]
+        allowed[b, pad:, start + pad:] = visible[:, start:]
+        allowed[b, torch.arange(pad), start + torch.arange(pad)] = True
+        picks.append(call.fed_targets(start, len(call)))
+    keep = sorted({pad + call.rows[t] - start for call, pad, chosen in zip(calls, pads, picks) for t in chosen})
+    column = {position: k for k, position in enumerate(keep)}
+    rows, targets, owners = [], [], []
+    for b, (call, pad, chosen) in enumerate(zip(calls, pads, picks)):
+        rows += [b * len(keep) + column[pad + call.rows[t] - start] for t in chosen]
+        targets += [call.targets[t] for t in chosen]
+        owners += [(b, call.owners[t]) for t in chosen]
+    mask = torch.zeros(allowed.shape, dtype=model.dtype).masked_fill_(~allowed, torch.finfo(model.dtype).min)
+    with grouped_rows(model):
+        out = model(
+            input_ids=ids.to(device),
+            attention_mask=mask[:, None].to(device),
+            position_ids=positions.to(device),
+            cache=cache,
+            use_cache=cache is not None,
+            logits_to_keep=torch.tensor(keep or [0], device=device),
+        )
+    sums = gather_by_owner(out.logits.reshape(-1, out.logits.shape[-1]), rows, targets, owners)
+    results: list[dict] = [{} for _ in calls]
+    for (b, owner), value in sums.items():
+        results[b][owner] = value
+    return results
+
+
+@torch.inference_mode()
+def run_chains(model, chains: list[Sequence[int]], targets: list[list[tuple[int, int, Hashable]]], cache,
+               cached: int) -> dict:
+    """One forward call of right-padded token chains continuing `cache` (`cached` keys, batch-expanded to the
+    chains); targets[b] lists (index in chain b, target token, owner). Returns {owner: summed log-prob}.
+
+    The cache is updated in place (callers that keep the chains' final states read them from it)."""
+    device = model_device(model)
+    width = max(len(chain) for chain in chains)
+    ids = torch.zeros(len(chains), width, dtype=torch.long)
+    mask = torch.zeros(len(chains), cached + width, dtype=torch.long)
+    mask[:, :cached] = 1
+    rows, picked, owners = [], [], []
+    for b, chain in enumerate(chains):
+        ids[b, : len(chain)] = torch.tensor(list(chain))
+        mask[b, cached : cached + len(chain)] = 1
+        for k, target, owner in targets[b]:
+            rows.append(b * width + k)
+            picked.append(target)
+            owners.append(owner)
+    positions = torch.arange(cached, cached + width).expand(len(chains), width)
+    with grouped_rows(model):
+        out = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device),
+                    cache=cache, use_cache=True)
+    return gather_by_owner(out.logits.reshape(-1, out.logits.shape[-1]), rows, picked, owners)
+
+
+# ---------------------------------------------------------------- bytes
+
+def state_tensors(cache):
+    """Every state tensor a transformers cache holds: attention keys/values, convolution and recurrent states."""
+    for layer in getattr(cache, "layers", None) or []:
+        for name in ("keys", "values"):
+            tensor = getattr(layer, name, None)
+            if isinstance(tensor, torch.Tensor):
+                yield tensor
+        for name in ("conv_states", "recurrent_states"):
+            for tensor in (getattr(layer, name, None) or {}).values():
+                if isinstance(tensor, torch.Tensor):
+                    yield tensor
+
+
+def state_bytes(cache) -> int:
+    """Bytes of every state tensor of a transformers cache (`Usage.cache_bytes` of `jet`'s schedules)."""
+    return sum(t.numel() * t.element_size() for t in state_tensors(cache))
+
+
+def live_bytes(tensors, seen: set | None = None) -> int:
+    """Bytes of the distinct storages behind `tensors` (views of one parent, e.g. broadcast rows, count once);
+    storages already in `seen` are skipped, and the new ones added to it."""
+    seen = set() if seen is None else seen
+    total = 0
+    for tensor in tensors:
+        if tensor is None:
+            continue
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() in seen:
+            continue
+        seen.add(storage.data_ptr())
+        total += storage.nbytes()
+    return total
