@@ -1,4 +1,4 @@
-"""Baselines for the same runner: `random` and `scripted`."""
+"""Baselines for the same runner: `random`, `fixed` and `scripted`."""
 
 from __future__ import annotations
 
@@ -25,6 +25,29 @@ class RandomAgent(AgentBase):
     def act_one(self, observation, candidates, slot: int) -> Act:
         rng = self.rngs.setdefault(slot, np.random.default_rng())
         return _act(candidates, int(rng.integers(len(candidates.texts))))
+
+
+@AGENTS.register("fixed")
+class FixedAgent(AgentBase):
+    """Plays one control at every step: `control` is a candidate label or text (e.g. `attack`, `turn left`).
+
+    A control that is not among a step's admissible candidates (masked, or not an action of this env) is an
+    error naming the ones that are."""
+
+    def __init__(self, control: str):
+        if not isinstance(control, str) or not control.strip():
+            raise ValueError(f"the fixed agent needs control=<a candidate label or text>, got {control!r}")
+        self.control = control
+
+    def reset(self, seed: int | None = None, slot: int = 0) -> None:
+        pass
+
+    def act_one(self, observation, candidates, slot: int) -> Act:
+        for names in (candidates.labels, candidates.texts):
+            if self.control in names:
+                return _act(candidates, list(names).index(self.control))
+        raise ValueError(f"control {self.control!r} is not an admissible candidate here; admissible: "
+                         + ", ".join(f"{label} ({text!r})" for label, text in zip(candidates.labels, candidates.texts)))
 
 
 @AGENTS.register("scripted")

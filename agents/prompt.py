@@ -1,5 +1,10 @@
 """The text a text-only model sees: the task, the observation as text, recent actions, the candidates.
 
+Two layouts: one user message holding all of it (`question_text`), or, with worked examples, a chat
+(`question_messages`): a system message with the task and the controls, one user/assistant turn pair per
+example (an observation text and the control played), then the current observation as the last user turn.
+Small models follow the examples' pattern where they ignore a one-message question (docs/benchmarks.md).
+
 Everything here is a function of the observation (through a describer, `jetgym.agents.describers`), the
 agent's own past choices and the candidate texts; nothing else is read from the env.
 """
@@ -30,3 +35,30 @@ def question_text(task: str, observation: str, recent: Sequence[str], candidates
     """The user message of one decision: task, observation text (one or more lines), recent actions, controls."""
     lines = [task.strip(), observation.strip(), recent_text(recent), "Controls: " + ", ".join(candidates) + ".", QUESTION]
     return "\n".join(line for line in lines if line)
+
+
+def check_examples(examples) -> tuple[tuple[str, str], ...]:
+    """Worked examples as (observation text, control text) pairs; a clear error for anything else."""
+    pairs = []
+    for i, example in enumerate(examples or ()):
+        if isinstance(example, str) or len(example) != 2 or not all(isinstance(t, str) and t.strip() for t in example):
+            raise ValueError(f"examples[{i}] must be an [observation text, control text] pair of non-empty texts, "
+                             f"got {example!r}")
+        pairs.append((example[0].strip(), example[1].strip()))
+    return tuple(pairs)
+
+
+def question_messages(task: str, observation: str, recent: Sequence[str], candidates: Sequence[str],
+                      examples: Sequence[tuple[str, str]], memory: int) -> list[dict]:
+    """The chat of one decision with worked examples (see the module notes); recent actions join the last
+    user turn when `memory` > 0. An example whose control is not a candidate here is an error naming it."""
+    for observed, control in examples:
+        if control not in candidates:
+            raise ValueError(f"the example control {control!r} (for {observed!r}) is not a candidate text here; "
+                             f"candidates: {', '.join(candidates)}")
+    system = "\n".join(line for line in (task.strip(), "Controls: " + ", ".join(candidates) + ".", QUESTION) if line)
+    messages = [{"role": "system", "content": system}]
+    for observed, control in examples:
+        messages += [{"role": "user", "content": observed}, {"role": "assistant", "content": control}]
+    last = observation.strip() + ("\n" + recent_text(recent) if memory else "")
+    return messages + [{"role": "user", "content": last}]

@@ -13,7 +13,7 @@ from jetgym.scorers.registry import check_choice
 
 from .base import AGENTS, Act, check_batch
 from .describers import env_attr, infer_space, is_image, make_describer
-from .prompt import question_text
+from .prompt import check_examples, question_messages, question_text
 
 Perception = Literal["none", "describe"]
 Policy = Literal["argmax", "sample"]
@@ -32,7 +32,9 @@ class ScorerAgent:
     given); memory: how many of its own last actions are quoted; describer: `auto`, a registered name
     (`jetgym.agents.describers.DESCRIBERS`) or a callable `observation -> str`; perception: for image
     observations, `describe` (a sentence from the pixels) or `none`; policy: `argmax` (the scorer's choice) or
-    `sample` (seeded per episode and slot, from softmax(scores / temperature), the scores the decision rule uses); screenshot: attach the image
+    `sample` (seeded per episode and slot, from softmax(scores / temperature), the scores the decision rule uses);
+    examples: worked (observation text, control text) pairs shown as earlier chat turns (`agents.prompt`; chat
+    template only), the observation texts written as the describer writes them; screenshot: attach the image
     observation as the question's image (vision-language models only); env / observation_space: where the
     describer reads the space (and env-provided describers, names and maps) from; without either, the space
     is inferred from the first observation.
@@ -40,7 +42,7 @@ class ScorerAgent:
 
     def __init__(self, scorer, task: str | None = None, memory: int = 4, describer: str | Callable = "auto",
                  perception: Perception = "describe", policy: Policy = "argmax", temperature: float = 1.0,
-                 screenshot: bool = False, env=None, observation_space=None, digits: int = 4):
+                 screenshot: bool = False, env=None, observation_space=None, digits: int = 4, examples=()):
         check_choice("perception", perception, PERCEPTIONS)
         check_choice("policy", policy, POLICIES)
         if memory < 0:
@@ -53,6 +55,7 @@ class ScorerAgent:
         self.task = (env_attr(env, "task", "") or "") if task is None else task
         self.perception, self.policy, self.temperature, self.screenshot = perception, policy, temperature, screenshot
         self.digits = digits
+        self.examples = check_examples(examples)
         self._spec, self._env = describer, env
         if not (callable(describer) or isinstance(describer, str)):
             raise TypeError(f"describer must be a name or a callable observation -> str, got {type(describer).__name__}")
@@ -79,7 +82,11 @@ class ScorerAgent:
     def question(self, observation, candidates, slot: int = 0) -> Question:
         """The scorer question for this observation: only the observation's text, own actions, the candidates."""
         recent = list(self.recent.get(slot, ()))
-        text = question_text(self.task, self.describe(observation), recent, candidates.texts)
+        observed = self.describe(observation)
+        if self.examples:
+            text = question_messages(self.task, observed, recent, candidates.texts, self.examples, self.memory)
+        else:
+            text = question_text(self.task, observed, recent, candidates.texts)
         images = _images(observation) if self.screenshot else ()
         return Question(context=text, candidates=candidates.texts, labels=candidates.labels, images=images)
 

@@ -8,8 +8,10 @@
    against sequential calls (16 sub-envs, one `decide` per sub-env). Methods interleaved in every round after a
    warm-up; median over rounds, min-max, and the first round. Only the agent's time is counted.
 
+The model runs in the dtype `jetgym-episode` uses (`placement.dtype=auto`: bf16 on CPUs with native bf16).
+
     nice .venv/bin/python -m jetgym.scripts.bench_gym --docs
-    nice .venv/bin/python -m jetgym.scripts.bench_gym --model-episodes 20 --rounds 2
+    nice .venv/bin/python -m jetgym.scripts.bench_gym --model-episodes frozenlake=100 taxi=20 --rounds 2
 """
 
 from __future__ import annotations
@@ -90,23 +92,23 @@ def decision_rate(scorer, num_envs: int, batched: bool, steps: int, seed: int) -
     return {"decisions": decisions, "seconds": spent, "decisions_per_second": decisions / spent}
 
 
-def bench(episodes: int = 100, model_episodes: int | None = None, seed: int = 1000, num_envs: int = 16,
+def bench(episodes: int = 100, model_episodes: dict[str, int] | None = None, seed: int = 1000, num_envs: int = 16,
           steps: int = 4, rounds: int = 3, output_dir: str = "outputs/bench_gym", docs: bool = False) -> dict:
     import torch
 
     from jetgym.scorers import make_scorer
     from jetgym.scripts.benchmarks_doc import write_results
 
-    model_episodes = episodes if model_episodes is None else model_episodes
+    model_episodes = {name: (model_episodes or {}).get(name, episodes) for name in ENVS}
     started = time.monotonic()
-    scorer = make_scorer("jet", model="smollm2-135m-instruct")
+    scorer = make_scorer("jet", model="smollm2-135m-instruct", placement={"device": "cpu", "dtype": "auto"})
     methods = [("sequential, 16 sub-envs", 16, False), ("vector, 1 sub-env", 1, True),
                ("vector, 4 sub-envs", 4, True), ("vector, 16 sub-envs", 16, True)]
     games = []
     for env_name in ENVS:
         games.append(play(env_name, "random", episodes, seed, num_envs))
         print(games[-1], flush=True)
-    games.append(play("frozenlake", "scorer", model_episodes, seed, num_envs, scorer=scorer))
+    games.append(play("frozenlake", "scorer", model_episodes["frozenlake"], seed, num_envs, scorer=scorer))
     print(games[-1], flush=True)
     decision_rate(scorer, 4, True, 1, seed=0)  # warm-up
     timings: dict[str, list[float]] = {name: [] for name, _, _ in methods}
@@ -116,12 +118,12 @@ def bench(episodes: int = 100, model_episodes: int | None = None, seed: int = 10
             print(name, timings[name][-1], flush=True)
     rates = {name: {"median": statistics.median(v), "min": min(v), "max": max(v), "first": v[0], "rounds": v}
              for name, v in timings.items()}
-    games.append(play("taxi", "scorer", model_episodes, seed, num_envs, scorer=scorer))
+    games.append(play("taxi", "scorer", model_episodes["taxi"], seed, num_envs, scorer=scorer))
     print(games[-1], flush=True)
     games = sorted(games, key=lambda g: (g["env"], g["agent"]))
     results = {"games": games, "decision_rates": rates, "steps_per_round": steps, "rounds": rounds,
                "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads",
-               "dtype": "float32", "wall_seconds": round(time.monotonic() - started, 1)}
+               "dtype": scorer.describe()["dtype_used"], "wall_seconds": round(time.monotonic() - started, 1)}
     body = render(results, episodes, model_episodes, seed, num_envs)
     path = write_results(output_dir, "gym", results, body, docs=docs)
     print(body)
@@ -134,11 +136,12 @@ def _ci(triple, fmt: str) -> str:
     return f"{mean:{fmt}} [{low:{fmt}}, {high:{fmt}}]"
 
 
-def render(results: dict, episodes: int, model_episodes: int, seed: int, num_envs: int) -> str:
+def render(results: dict, episodes: int, model_episodes: dict[str, int], seed: int, num_envs: int) -> str:
+    counts = " ".join(f"{name}={n}" for name, n in model_episodes.items())
     lines = [
         "## Gymnasium toy text: FrozenLake-v1 and Taxi-v4",
         "",
-        f"`nice .venv/bin/python -m jetgym.scripts.bench_gym --episodes {episodes} --model-episodes {model_episodes} --docs` "
+        f"`nice .venv/bin/python -m jetgym.scripts.bench_gym --episodes {episodes} --model-episodes {counts} --docs` "
         f"({results['machine']}, {results['dtype']}, embedded SmolLM2-135M-Instruct, jet scorer, chat template; "
         f"whole run {results['wall_seconds']:.0f} s). Ready configs `env=frozenlake` (4x4, slippery) and `env=taxi` "
         f"(the env's action mask removes illegal actions from the candidates); seeds {seed}.. ; played on "
@@ -151,9 +154,11 @@ def render(results: dict, episodes: int, model_episodes: int, seed: int, num_env
     for g in results["games"]:
         lines.append(f"| {g['env']} | {g['agent']} | {g['episodes']} | {_ci(g['success'], '.2f')} | {_ci(g['return'], '.2f')} "
                      f"| {g['mean_length']:.1f} | {g['decisions']} | {g['wall_seconds']:.0f} |")
-    if model_episodes < episodes:
-        lines += ["", f"The scorer played {model_episodes} episodes per env, not {episodes}: the embedded model on the "
-                      "shared 2-core CPU was too slow for more in this run. Random played all of them."]
+    fewer = {name: n for name, n in model_episodes.items() if n < episodes}
+    if fewer:
+        lines += ["", "The scorer played fewer episodes than random on " + ", ".join(f"{ENVS[k]} ({n}, not {episodes})"
+                      for k, n in fewer.items()) + ": a scorer episode is up to 100 (FrozenLake) or 200 (Taxi) model "
+                      "decisions on a 2-core CPU. Its seeds are the first ones of random's."]
     if results["rounds"] < 3:
         lines += ["", f"Only {results['rounds']} timing round(s) of {results['steps_per_round']} vector step(s): "
                       "the shared CPU was too loaded for more in this run; treat the rates as rough."]
@@ -168,7 +173,8 @@ def render(results: dict, episodes: int, model_episodes: int, seed: int, num_env
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--episodes", type=int, default=100)
-    parser.add_argument("--model-episodes", type=int, default=None, help="scorer episodes per env (default: --episodes)")
+    parser.add_argument("--model-episodes", nargs="*", default=[], metavar="ENV=N",
+                        help=f"scorer episodes per env, e.g. taxi=20 (envs: {', '.join(ENVS)}; default: --episodes)")
     parser.add_argument("--seed", type=int, default=1000)
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--steps", type=int, default=4)
@@ -176,7 +182,13 @@ def main(argv=None) -> None:
     parser.add_argument("--output-dir", default="outputs/bench_gym")
     parser.add_argument("--docs", action="store_true", help="also write docs/benchmarks.md (source checkout)")
     args = parser.parse_args(argv)
-    bench(args.episodes, args.model_episodes, args.seed, args.num_envs, args.steps, args.rounds, args.output_dir, args.docs)
+    counts = {}
+    for item in args.model_episodes:
+        name, _, n = item.partition("=")
+        if name not in ENVS or not n.isdigit() or int(n) < 1:
+            parser.error(f"--model-episodes takes ENV=N with ENV one of {', '.join(ENVS)} and N >= 1, got {item!r}")
+        counts[name] = int(n)
+    bench(args.episodes, counts, args.seed, args.num_envs, args.steps, args.rounds, args.output_dir, args.docs)
 
 
 if __name__ == "__main__":

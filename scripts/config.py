@@ -18,6 +18,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from jetgym.agents import available_agents, available_describers
+from jetgym.agents.prompt import check_examples
 from jetgym.agents.scoring import PERCEPTIONS, POLICIES
 from jetgym.questions.sets import subsets_of
 from jetgym.scorers import available_scorers, option_names
@@ -178,7 +179,9 @@ class EnvConfig:
     """id: any registered Gymnasium id with a Discrete action space (the jetgym ids register when `jetgym.envs`
     is imported); kwargs: passed to `gymnasium.make` (e.g. a Doom scenario's frame_skip and episode_timeout);
     action_texts: one text per action (null: the env's own controls / action meanings, else `action i` with a
-    warning); task: the text the agent is told first (null: the env's `task` attribute, if any);
+    warning); task: the text the agent is told first (null: the env's `task` attribute, if any); examples: worked
+    [observation text, control text] pairs the `scorer` agent is shown before each question (few-shot chat turns,
+    written as the env's describer writes observations; `jetgym.agents.prompt`);
     num_envs: sub-envs played at once (> 1: a vector env, one scorer call per step); vectorization:
     `sync` or `async` (sub-envs in processes)."""
 
@@ -186,6 +189,7 @@ class EnvConfig:
     kwargs: Dict[str, Any] = field(default_factory=dict)
     action_texts: Optional[List[str]] = None
     task: Optional[str] = None
+    examples: List[List[str]] = field(default_factory=list)
     num_envs: int = 1
     vectorization: str = "sync"
 
@@ -197,6 +201,10 @@ class EnvConfig:
         check_choice("env.vectorization", self.vectorization, VECTORIZATIONS)
         if self.action_texts is not None and (not self.action_texts or any(not str(t) for t in self.action_texts)):
             raise ValueError(f"env.action_texts must be null or non-empty texts, got {self.action_texts}")
+        try:
+            check_examples(self.examples)
+        except ValueError as error:
+            raise ValueError(f"env.{error}") from None
 
 
 VECTORIZATIONS = ("sync", "async")
@@ -207,8 +215,8 @@ AGENT_NAMES = tuple(available_agents())
 
 @dataclass
 class AgentConfig:
-    """name: `scorer` (asks the configured scorer), `random` or `scripted` (ViZDoom only). The other fields apply
-    to `scorer`: memory (own last actions quoted), describer (`auto` or a name of
+    """name: `scorer` (asks the configured scorer), `random`, `fixed` (plays `control`, a candidate label or text,
+    at every step) or `scripted` (ViZDoom only). The other fields apply to `scorer`: memory (own last actions quoted), describer (`auto` or a name of
     `jetgym.agents.describers.DESCRIBERS`: how the observation becomes text), perception (`none`|`describe`: image
     observations), policy (`argmax`|`sample`), temperature (for `sample`), screenshot (attach the image; VLMs only)."""
 
@@ -219,9 +227,13 @@ class AgentConfig:
     policy: str = "argmax"
     temperature: float = 1.0
     screenshot: bool = False
+    control: Optional[str] = None
 
     def __post_init__(self):
         check_choice("agent.name", self.name, AGENT_NAMES)
+        if (self.name == "fixed") != (self.control is not None):
+            raise ValueError("agent.control is the fixed agent's control: set it with agent=fixed "
+                             "(e.g. agent=fixed agent.control=attack), and only there")
         check_choice("agent.describer", self.describer, available_describers())
         check_choice("agent.perception", self.perception, PERCEPTIONS)
         check_choice("agent.policy", self.policy, POLICIES)

@@ -69,12 +69,14 @@ def build_agent(config: EpisodeConfig, task: str | None = None, scorer=None, env
 
     from jetgym.agents import make_agent
 
+    if config.agent.name == "fixed":
+        return make_agent("fixed", control=config.agent.control), None
     if config.agent.name != "scorer":
         return make_agent(config.agent.name), None
     scorer = build_scorer(config) if scorer is None else scorer
-    options = {key: value for key, value in asdict(config.agent).items() if key != "name"}
+    options = {key: value for key, value in asdict(config.agent).items() if key not in ("name", "control")}
     task = config.env.task if task is None else task
-    return make_agent("scorer", scorer=scorer, task=task, env=env, **options), scorer
+    return make_agent("scorer", scorer=scorer, task=task, env=env, examples=config.env.examples, **options), scorer
 
 
 def run_episodes(cfg: Any, output_dir: str | os.PathLike | None = None, scorer=None, quiet: bool = False) -> dict:

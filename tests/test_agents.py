@@ -129,6 +129,41 @@ def test_question_holds_only_what_screen_and_status_show(fake_scorer):
     assert with_image.question(obs, CANDIDATES).images[0] is obs["screen"]
 
 
+def test_worked_examples_become_chat_turns_before_the_observation(fake_scorer):
+    examples = [["Status: health 100, ammo 26, kills 0.\nSeen on screen: nothing stands out.", "turn left"],
+                ["Status: health 90, ammo 20, kills 1.\nSeen on screen: a small thing ahead, in the crosshair.", "attack"]]
+    agent = make_agent("scorer", scorer=make_scorer("fake"), task="TASK.", memory=1, examples=examples)
+    agent.reset(0)
+    obs = doom_obs(health=87, ammo=13, kills=2)
+    messages = agent.question(obs, CANDIDATES).context
+    assert messages[0] == {"role": "system", "content": "TASK.\nControls: " + ", ".join(CANDIDATES.texts) + ".\n" + QUESTION}
+    assert [m["role"] for m in messages[1:]] == ["user", "assistant", "user", "assistant", "user"]
+    assert [(m["content"]) for m in messages[1:5]] == [examples[0][0], "turn left", examples[1][0], "attack"]
+    assert messages[-1]["content"] == ("Status: health 87, ammo 13, kills 2.\n" + describe(obs["screen"])
+                                       + "\nYour last actions: none yet.")
+    act = agent.act(obs, CANDIDATES)
+    assert act.question == messages  # steps.jsonl records the whole chat the scorer saw
+    assert agent.question(obs, CANDIDATES).context[-1]["content"].endswith(f"Your last actions: {act.text}.")
+    no_memory = make_agent("scorer", scorer=make_scorer("fake"), task="TASK.", memory=0, examples=examples)
+    assert "Your last actions" not in no_memory.question(obs, CANDIDATES).context[-1]["content"]
+
+
+@pytest.mark.parametrize("examples,message", [
+    ([["seen"]], r"examples\[0\] must be an \[observation text, control text\] pair"),
+    (["seen, attack"], r"examples\[0\] must be an \[observation text, control text\] pair"),
+    ([["seen", " "]], r"examples\[0\] must be an \[observation text, control text\] pair"),
+])
+def test_bad_examples_are_refused(fake_scorer, examples, message):
+    with pytest.raises(ValueError, match=message):
+        make_agent("scorer", scorer=make_scorer("fake"), examples=examples)
+
+
+def test_an_example_control_must_be_a_candidate(fake_scorer):
+    agent = make_agent("scorer", scorer=make_scorer("fake"), examples=[["seen", "jump"]])
+    with pytest.raises(ValueError, match="the example control 'jump' .* is not a candidate text here; candidates: do nothing"):
+        agent.question(doom_obs(), CANDIDATES)
+
+
 def test_question_from_a_live_env_matches_its_observation():
     pytest.importorskip("vizdoom")
     from jetgym.envs.vizdoom import DoomEnv
@@ -148,7 +183,7 @@ def test_question_from_a_live_env_matches_its_observation():
 
 # --- agents ---------------------------------------------------------------------------------------------
 def test_registry_and_did_you_mean():
-    assert available_agents() == ["random", "scorer", "scripted"]
+    assert available_agents() == ["fixed", "random", "scorer", "scripted"]
     with pytest.raises(LookupError, match="Did you mean 'scripted'"):
         make_agent("scriptd")
 
@@ -196,3 +231,19 @@ def test_scripted_agent_policy():
     assert agent.act(doom_obs(blank_screen(), health=50, ammo=3), CANDIDATES).label == "turn_left"
     no_weapon = {"screen": blank_screen(), "status": {"health": np.array(50, np.int32)}}
     assert agent.act(no_weapon, CANDIDATES).label == "move_forward"  # health gathering: walk
+
+
+def test_fixed_agent_plays_one_control_by_label_or_text():
+    for control in ("attack", "turn left"):
+        agent = make_agent("fixed", control=control)
+        agent.reset(0)
+        labels = {agent.act(doom_obs(with_sprite(5 + 10 * i, 15 + 10 * i)), CANDIDATES).label for i in range(5)}
+        assert labels == {control.replace(" ", "_")}
+
+
+def test_fixed_agent_errors_name_the_admissible_controls():
+    with pytest.raises(ValueError, match="needs control="):
+        make_agent("fixed", control=" ")
+    masked = CandidateSet(("turn left", "attack"), ("turn_left", "attack"), (3, 7))
+    with pytest.raises(ValueError, match=r"control 'use' is not an admissible candidate here; admissible: turn_left \('turn left'\), attack"):
+        make_agent("fixed", control="use").act(doom_obs(), masked)

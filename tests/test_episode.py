@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ def compose_episode(overrides=()):
 
 def test_groups():
     assert options("env") == ["basic", "deadly_corridor", "defend_the_center", "frozenlake", "gym", "health_gathering", "taxi"]
-    assert options("agent") == ["random", "scorer", "scripted"]
+    assert options("agent") == ["fixed", "random", "scorer", "scripted"]
 
 
 @pytest.mark.parametrize("env,agent", list(itertools.product(options("env"), options("agent"))))
@@ -45,7 +46,9 @@ def test_defaults():
     "override,message",
     [
         ("env.id=jetgym/DoomDefendTheCentre-v0", "unknown env.id 'jetgym/DoomDefendTheCentre-v0': not a registered Gymnasium id. Did you mean 'jetgym/DoomDefendTheCenter-v0'"),
-        ("agent.name=smart", "unknown agent.name 'smart'; known: random, scorer, scripted"),
+        ("agent.name=smart", "unknown agent.name 'smart'; known: fixed, random, scorer, scripted"),
+        ("env.examples=[[seen]]", "env.examples[0] must be an [observation text, control text] pair of non-empty texts"),
+        ("agent.control=attack", "agent.control is the fixed agent's control: set it with agent=fixed"),
         ("agent.perception=vision", "unknown agent.perception 'vision'"),
         ("agent.policy=greedy", "unknown agent.policy 'greedy'"),
         ("agent.temperature=0", "agent.temperature must be > 0"),
@@ -54,7 +57,7 @@ def test_defaults():
     ],
 )
 def test_bad_values_fail_validation(override, message):
-    with pytest.raises(ValueError, match=message.replace(".", r"\.")):
+    with pytest.raises(ValueError, match=re.escape(message)):
         to_config(compose_episode([override]))
 
 
@@ -100,6 +103,12 @@ def test_sampling_and_baselines_repeat(tmp_path, fake_scorer):
         assert not list(a.glob("*.gif"))
     sampled = [short_run(tmp_path, f"s{i}", "scorer.name=fake", "agent.policy=sample", "video=false") for i in range(2)]
     assert (sampled[0] / STEPS).read_bytes() == (sampled[1] / STEPS).read_bytes()
+
+
+def test_fixed_agent_episodes_play_one_control(tmp_path):
+    out = short_run(tmp_path, "fixed", "agent=fixed", "agent.control=turn left", "video=false")
+    rows = [json.loads(line) for line in (out / STEPS).read_text().splitlines()]
+    assert rows and {(row["action"], row["text"]) for row in rows} == {("turn_left", "turn left")}
 
 
 def test_output_dir_required():
