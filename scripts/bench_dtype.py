@@ -44,26 +44,6 @@ class BenchDtypeConfig:
 ConfigStore.instance().store(name="bench_dtype_schema", node=BenchDtypeConfig)
 
 
-def matmul_peak(dtype, size: int = 2048, repeats: int = 5) -> float:
-    """FLOP/s of the best of `repeats` size x size matmuls in `dtype` (this process, these threads)."""
-    import torch
-
-    a, b = torch.randn(size, size).to(dtype), torch.randn(size, size).to(dtype)
-    torch.mm(a, b)
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        torch.mm(a, b)
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best
-
-
-def model_flops_per_token(model) -> float:
-    """2 x the parameters a token passes through (all weights but the input embedding)."""
-    embedding = model.get_input_embeddings().weight.numel()
-    return 2 * (sum(p.numel() for p in model.parameters()) - embedding)
-
-
 def build_methods(cfg: BenchDtypeConfig) -> dict:
     import torch
 
@@ -86,6 +66,7 @@ def run_bench(cfg: BenchDtypeConfig) -> dict:
 
     from jetgym.questions.sets import load_mmlu
     from jetgym.scorers.placement import cpu_has_native_bf16
+    from jetgym.scripts.flops import ModelFlops, matmul_peak
 
     questions = load_mmlu(subset=cfg.subset, limit=cfg.limit)
     chunks = [questions[i : i + cfg.chunk_size] for i in range(0, len(questions), cfg.chunk_size)]
@@ -95,7 +76,7 @@ def run_bench(cfg: BenchDtypeConfig) -> dict:
         methods[name].decide_many(chunks[0][:2])
     seconds = {n: [] for n in names}
     decisions = {n: [] for n in names}
-    tokens = {n: 0 for n in names}
+    tokens = {n: [0, 0] for n in names}  # prefix, candidate tokens fed
     for index, chunk in enumerate(tqdm(chunks, desc="chunks")):
         order = names[index % len(names):] + names[: index % len(names)]
         for name in order:
@@ -103,9 +84,10 @@ def run_bench(cfg: BenchDtypeConfig) -> dict:
             made = methods[name].decide_many(chunk)
             seconds[name].append(time.perf_counter() - start)
             decisions[name].extend(made)
-            tokens[name] += sum(d.usage.prefix_tokens + d.usage.candidate_tokens for d in made)
+            tokens[name][0] += sum(d.usage.prefix_tokens for d in made)
+            tokens[name][1] += sum(d.usage.candidate_tokens for d in made)
     reference = decisions["float32"]
-    flops_per_token = model_flops_per_token(methods["float32"].loaded.model)
+    flops = ModelFlops.of(methods["float32"].loaded.model)  # int8 weights are not parameters: count the fp32 model
     dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "int8": torch.float32}
     rows = {}
     for name in names:
@@ -119,7 +101,7 @@ def run_bench(cfg: BenchDtypeConfig) -> dict:
             "max_abs_delta_prob": max(max(abs(x - y) for x, y in zip(a.probs, b.probs)) for a, b in zip(decisions[name], reference)),
             "max_abs_delta_logprob": max(max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) for a, b in zip(decisions[name], reference)),
             "correct": sum(bool(d.correct) for d in decisions[name]),
-            "model_flops_per_second": flops_per_token * tokens[name] / total,
+            "model_flops_per_second": flops(*tokens[name]) / total,
             "matmul_peak_flops_per_second": matmul_peak(dtypes[name]),
         }
     return {

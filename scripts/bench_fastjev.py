@@ -1,15 +1,20 @@
 """`jetgym-bench-fastjev`: FastJEV structure and cost on the embedded model (tiny hybrid for S).
 
-Measures, side by side in one process (methods interleaved, median over rounds):
-- logical candidate-token reduction of the trie on MMLU-285 and on synthetic workloads;
-- latency of T+S+P (auto), the packed trie, S+P (no trie) and `jet` (packed) per workload (default: the
-  paper's 96-workload grid), the live cache bytes each keeps (`Usage.cache_bytes`; process peak RSS is not
-  separable per method), and a plot of speedup over S+P against the trie's token reduction;
-- the cost of one forward call in token-equivalents (the `call_overhead_tokens` of `auto`);
-- S on a tiny random hybrid model: peak live state bytes under Copy/Keep vs Share/Drop;
-- the calibration plot J_l (from docs/calibration) is linked; accuracy retention at k=0..10 when
-  `retention=true` (6 QA runs on MMLU-285).
-Writes the `fastjev` section of docs/benchmarks.md and docs/bench/fastjev.json.
+Protocol (DESIGN.md, benchmark protocol): the workload grid (default: the paper's 96 workloads) is split by a
+seeded shuffle (`split_seed`) into a fitting half and a held-out half.
+- Fitting half: the three plans `auto` picks from (T+S+P packed, T+S+P segmented, S+P = the flat plan) and
+  `jet` (packed) run interleaved, `rounds` rounds each in a rotating order. `auto`'s two constants (the cost
+  of a forward call and of one attention (query, key) pair, in token-equivalents) are fitted to these
+  timings (`fit_plan_costs`).
+- Held-out half: `auto` with the fitted constants, `auto` with the scorer's defaults, the three plans and
+  `jet` run interleaved, `rounds` rounds each. Every statement about `auto` is made on this half only:
+  its time over the faster of the packed trie and S+P, median over rounds and first pass, with intervals.
+Also measured: logical candidate-token reduction of the trie on MMLU-285; the live cache bytes each method
+keeps (`Usage.cache_bytes`; process peak RSS is not separable per method); achieved model FLOP/s per method
+next to the peak of a large matmul in the model's dtype in the same run (`jetgym.scripts.flops`); the cost of
+a 1-token call measured directly (for comparison with the fitted one); S on a tiny random hybrid model (peak
+live state bytes under Copy/Keep vs Share/Drop); accuracy retention at k=0..10 when `retention=true`
+(6 QA runs on MMLU-285). Writes the `fastjev` section of docs/benchmarks.md and docs/bench/fastjev.json.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import random
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -27,8 +32,13 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from tqdm import tqdm
 
+from jetgym.scripts.benchmarks_doc import bootstrap_interval, docs_dir, rotated, run_config, spread, write_results
 from jetgym.scripts.config import CONFIG_PATH
-from jetgym.scripts.benchmarks_doc import docs_dir, run_config, write_results
+
+AUTO_FITTED = "T+S+P auto (fitted)"
+AUTO_DEFAULT = "T+S+P auto (defaults)"
+PLAN_METHODS = {"packed": "T+S+P packed", "segmented": "T+S+P segmented", "flat": "S+P"}  # auto's plans, timed alone
+BEST_OF = ("T+S+P packed", "S+P")  # `auto` is judged against the faster of these two
 
 
 @dataclass
@@ -39,12 +49,21 @@ class BenchFastJevConfig:
     shared: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75])
     levels: list[int] = field(default_factory=lambda: [1, 2])
     rounds: int = 3  # every method, interleaved in a rotating order: median, interquartile range and first pass
+    split_seed: int = 0  # seeded shuffle of the grid: its first half fits auto's constants, the rest judges auto
     prefix_tokens: int = 64
     k: int = 6
     retention: bool = False
     retention_ks: list[int] = field(default_factory=lambda: [0, 2, 4, 6, 8, 10])
     docs: bool = False  # also write docs/benchmarks.md and docs/bench/ (source checkout only)
     output_dir: Optional[str] = None  # the run folder (null: Hydra's run dir)
+
+    def __post_init__(self):
+        if self.rounds < 1:
+            raise ValueError(f"rounds must be >= 1, got {self.rounds}")
+        size = len(self.candidates) * len(self.lengths) * len(self.shared) * len(self.levels)
+        if size < 2:
+            raise ValueError(f"the grid has {size} workload(s); it needs at least 2: one to fit auto's constants "
+                             "on and one to judge auto on")
 
 
 ConfigStore.instance().store(name="bench_fastjev_schema", node=BenchFastJevConfig)
@@ -73,28 +92,132 @@ def grid_questions(cfg: BenchFastJevConfig, vocab: int) -> list:
     return [(key, synthetic(rng, *key, cfg.prefix_tokens, vocab)) for key in grid]
 
 
-def timed_rounds(methods: dict, question, rounds: int) -> tuple[dict, dict, dict]:
-    """(median seconds, timings {first, q1, q3}, cache bytes) per method; every method runs `rounds` times,
-    interleaved, the order rotating each round."""
+# ---------------------------------------------------------------- split, plan features and the fit (no torch)
+
+def split_grid(n: int, seed: int) -> tuple[list[int], list[int]]:
+    """(fitting, held-out) workload indices: `range(n)` shuffled by `random.Random(seed)`; the first n // 2 fit
+    `auto`'s constants, the other n - n // 2 judge it. Disjoint, together the whole grid, each sorted."""
+    if n < 2:
+        raise ValueError(f"cannot split {n} workload(s) into a fitting and a held-out half: need at least 2")
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    return sorted(order[: n // 2]), sorted(order[n // 2:])
+
+
+def plan_features(encoded, capacity: int, attention_only: bool, pruned: bool) -> dict[str, tuple[float, float, float]]:
+    """(forward calls, fed tokens, attention pairs) of each plan `auto` may pick for one question, as the
+    scorer's planner counts them (`plan_costs` is linear in its two constants, so they are read off it)."""
+    from jetgym.scorers.fastjev.plan import plan_costs
+    from jetgym.scorers.fastjev.trie import CandidateTrie
+
+    flat = CandidateTrie.build(len(encoded.prefix), encoded.continuations, share=False)
+    shared = CandidateTrie.build(len(encoded.prefix), encoded.continuations)
+    base, call, pair = (plan_costs(shared, flat, capacity, c, p, attention_only, pruned)
+                        for c, p in ((0.0, 0.0), (1.0, 0.0), (0.0, 1.0)))
+    return {plan: (call[plan] - base[plan], base[plan], pair[plan] - base[plan]) for plan in base}
+
+
+def plan_cost(features: tuple[float, float, float], call_tokens: float, pair_cost: float) -> float:
+    calls, fed, pairs = features
+    return calls * call_tokens + fed + pair_cost * pairs
+
+
+def chosen_plan(features: dict, call_tokens: float, pair_cost: float) -> str:
+    """The plan `auto` picks with these constants (the scorer's rule, `plan.choose`)."""
+    from jetgym.scorers.fastjev.plan import choose
+
+    return choose({plan: plan_cost(f, call_tokens, pair_cost) for plan, f in features.items()})
+
+
+@dataclass(frozen=True)
+class CostFit:
+    """`auto`'s constants fitted to plan timings: seconds ~ intercept + seconds_per_token * cost, where
+    cost = calls * call_tokens + fed tokens + pair_cost * attention pairs (token-equivalents)."""
+
+    call_tokens: float
+    pair_cost: float
+    seconds_per_token: float
+    intercept: float
+    observations: int
+    rms_relative_error: float
+
+
+def fit_plan_costs(rows) -> CostFit:
+    """Fit `auto`'s call cost and pair cost to measured plan timings.
+
+    rows: (features, seconds) per workload: `plan_features` and the median seconds of each plan.
+    Least squares on relative error (each observation weighted by 1/seconds, as `auto` is judged by time
+    ratios) of seconds = a + b_call * calls + b_tok * fed + b_pair * pairs, the three slopes kept >= 0 (a
+    negative slope is dropped and the rest refitted); call_tokens = b_call / b_tok, pair_cost = b_pair / b_tok.
+    """
+    import numpy as np
+
+    X, y = [], []
+    for features, seconds in rows:
+        for plan, f in features.items():
+            if plan in seconds:
+                X.append((1.0, *f))
+                y.append(seconds[plan])
+    if not X:
+        raise ValueError("no plan timings to fit auto's constants on")
+    X, y = np.asarray(X, dtype=float), np.asarray(y, dtype=float)
+    w = 1.0 / y
+    free = [1, 2, 3]  # slopes of calls, fed tokens, pairs (the intercept, column 0, is always free)
+    while True:
+        cols = [0, *free]
+        rank = np.linalg.matrix_rank(X[:, cols] * w[:, None])
+        if rank < len(cols):
+            raise ValueError(f"the plan timings cannot determine auto's constants ({len(y)} timings, rank {rank} of "
+                             f"{len(cols)} unknowns): use a grid with more, and more varied, workloads")
+        solution = np.linalg.lstsq(X[:, cols] * w[:, None], y * w, rcond=None)[0]
+        coef = np.zeros(4)
+        coef[cols] = solution
+        negative = [c for c in free if coef[c] < 0]
+        if not negative:
+            break
+        free.remove(min(negative, key=lambda c: coef[c]))
+    if coef[2] <= 0:
+        raise ValueError("the fitted cost of a fed token is not positive: the timings do not grow with the tokens fed; "
+                         "use a grid with more varied workloads")
+    relative = (X @ coef - y) / y
+    return CostFit(call_tokens=float(coef[1] / coef[2]), pair_cost=float(coef[3] / coef[2]),
+                   seconds_per_token=float(coef[2]), intercept=float(coef[0]), observations=len(y),
+                   rms_relative_error=float(np.sqrt(np.mean(relative**2))))
+
+
+def best_seconds(seconds: dict) -> float:
+    return min(seconds[m] for m in BEST_OF)
+
+
+def auto_ratio(times: dict[str, list[float]], auto: str) -> dict:
+    """`auto` over the faster of the packed trie and S+P on one workload, round by round (the methods of a round
+    run interleaved, so its ratio is paired): the median over rounds with its interquartile range, and the
+    first pass (round 1's ratio)."""
+    paired = [a / min(b) for a, *b in zip(times[auto], *(times[m] for m in BEST_OF))]
+    return spread(paired)
+
+
+def ratio_summary(values: list[float], seed: int = 0) -> dict:
+    """Mean (with a 95% bootstrap interval over workloads), median and worst of per-workload ratios."""
+    low, high = bootstrap_interval(values, statistics.mean, seed=seed)
+    return {"workloads": len(values), "mean": statistics.mean(values), "mean_interval_95": [low, high],
+            "median": statistics.median(values), "worst": max(values), "best": min(values)}
+
+
+# ---------------------------------------------------------------- timing
+
+def timed_rounds(methods: dict, question, rounds: int, offset: int = 0) -> tuple[dict, dict]:
+    """(seconds per round, last result) per method; every method runs `rounds` times, interleaved, the order
+    rotating each round (round r runs `rotated(methods, offset + r)`: give each workload its own offset, so
+    no method is always first)."""
     names = list(methods)
     times = {m: [] for m in names}
-    usage = {}
+    scored = {}
     for r in range(rounds):
-        for m in names[r % len(names):] + names[: r % len(names)]:
-            seconds, scored = _timed(lambda: methods[m](question))
+        for m in rotated(names, offset + r):
+            seconds, scored[m] = _timed(lambda: methods[m](question))
             times[m].append(seconds)
-            usage[m] = scored.work.cache_bytes
-    spread = {m: {"first": t[0], "q1": _quantile(t, 0.25), "q3": _quantile(t, 0.75)} for m, t in times.items()}
-    return {m: statistics.median(t) for m, t in times.items()}, spread, usage
-
-
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def auto_ratio(seconds: dict) -> float:
-    return seconds["T+S+P auto"] / min(seconds["T+S+P packed"], seconds["S+P"])
+    return times, scored
 
 
 def _timed(fn):
@@ -112,44 +235,102 @@ def run_bench(cfg: BenchFastJevConfig) -> dict:
     from jetgym.scorers.fastjev.pruning import calibration_path
     from jetgym.scorers.fastjev.trie import CandidateTrie
     from jetgym.scorers.models import load_model
+    from jetgym.scripts.flops import ModelFlops, dtype_name, matmul_peak, model_dtype
 
     loaded = load_model(cfg.model)
     k = cfg.k if calibration_path(cfg.model).exists() else 0
     common = dict(model=loaded, template="none", pruning_k=k)
     scorers = {
-        "T+S+P auto": make_scorer("fastjev", components=["T", "S", "P"], **common),
-        "T+S+P packed": make_scorer("fastjev", components=["T", "S", "P"], schedule="packed", **common),
-        "S+P": make_scorer("fastjev", components=["S", "P"], **common),
+        AUTO_DEFAULT: make_scorer("fastjev", components=["T", "S", "P"], **common),
+        PLAN_METHODS["packed"]: make_scorer("fastjev", components=["T", "S", "P"], schedule="packed", **common),
+        PLAN_METHODS["segmented"]: make_scorer("fastjev", components=["T", "S", "P"], schedule="segmented", **common),
+        PLAN_METHODS["flat"]: make_scorer("fastjev", components=["S", "P"], **common),
     }
-    methods = {name: (lambda s: lambda e: s.score_encoded([e])[0])(s) for name, s in scorers.items()}
+    reference = scorers[AUTO_DEFAULT]
+    skipped = {name: tuple(s.skip) for name, s in scorers.items()} | {"jet": (), AUTO_FITTED: tuple(reference.skip)}
+
+    def method(scorer):
+        return lambda e: scorer.score_encoded([e])[0]
+
+    methods = {name: method(s) for name, s in scorers.items()}
     methods["jet"] = lambda e: score_packed(loaded.model, e, 1024)
     questions = grid_questions(cfg, loaded.model.config.vocab_size)
+    fitting, held_out = split_grid(len(questions), cfg.split_seed)
+    features = [plan_features(e, reference.options.max_batch_tokens, reference.packable, bool(reference.skip))
+                for _, e in questions]
+    flops = ModelFlops.of(loaded.model)
+    dtype = model_dtype(loaded.model)
     results = {"command": "jetgym-bench-fastjev " + " ".join(sys.argv[1:]), "cores": os.cpu_count(),
-               "rounds": cfg.rounds,
-               "torch_threads": torch.get_num_threads(), "k": k, "skipped_layers": list(scorers["S+P"].skip)}
+               "rounds": cfg.rounds, "dtype": dtype_name(dtype), "prefix_tokens": cfg.prefix_tokens,
+               "torch_threads": torch.get_num_threads(), "k": k, "skipped_layers": list(reference.skip),
+               "split": {"seed": cfg.split_seed, "fitting": fitting, "held_out": held_out},
+               "default_constants": {"call_tokens": reference.options.call_overhead_tokens,
+                                     "pair_cost": reference.pair_cost}}
 
     # logical token reduction on MMLU-285
-    tok = scorers["S+P"]
     merged = unmerged = 0
     for q in load_mmlu(subset="per_subject_5"):
-        _, e = tok.encode(q)
+        _, e = reference.encode(q)
         trie = CandidateTrie.build(len(e.prefix), e.continuations)
         merged += trie.logical_tokens
         unmerged += trie.unmerged_tokens
     results["mmlu285"] = {"unmerged": unmerged, "merged": merged, "reduction": 1 - merged / unmerged}
 
     results["call_overhead_tokens"] = call_overhead(loaded.model)
+    results["matmul_peak_flops_per_second"] = matmul_peak(dtype)
     for m in methods:  # one warm-up for the process (lazy initialization, allocator)
         methods[m](questions[0][1])
-    workloads = []
-    for (n, L, s, lv), e in tqdm(questions, desc="workloads"):
+
+    def measure(i, names, split):
+        (n, L, s, lv), e = questions[i]
         trie = CandidateTrie.build(len(e.prefix), e.continuations)
-        seconds, spread, usage = timed_rounds(methods, e, cfg.rounds)
-        workloads.append({
-            "candidates": n, "length": L, "shared": s, "levels": lv, "unmerged": trie.unmerged_tokens,
-            "merged": trie.logical_tokens, "auto_plan": scorers["T+S+P auto"].last_plans[0], "seconds": seconds, "spread": spread, "cache_bytes": usage,
-        })
+        times, scored = timed_rounds({m: methods[m] for m in names}, e, cfg.rounds, offset=i * cfg.rounds)
+        seconds = {m: statistics.median(t) for m, t in times.items()}
+        model_flops = {m: flops(r.work.prefix_tokens, r.work.candidate_tokens, skipped[m]) for m, r in scored.items()}
+        return {
+            "candidates": n, "length": L, "shared": s, "levels": lv, "split": split, "unmerged": trie.unmerged_tokens,
+            "merged": trie.logical_tokens, "plan_features": {p: list(f) for p, f in features[i].items()},
+            "times": times, "seconds": seconds, "spread": {m: spread(t) for m, t in times.items()},
+            "cache_bytes": {m: r.work.cache_bytes for m, r in scored.items()}, "model_flops": model_flops,
+        }
+
+    plan_names = [*PLAN_METHODS.values(), "jet"]
+    workloads: list[dict] = [{} for _ in questions]
+    for i in tqdm(fitting, desc="fitting half"):
+        workloads[i] = measure(i, plan_names, "fit")
+    plan_of = {m: p for p, m in PLAN_METHODS.items()}
+    defaults = results["default_constants"]
+    try:
+        fit = fit_plan_costs([(features[i], {plan_of[m]: s for m, s in workloads[i]["seconds"].items() if m in plan_of})
+                              for i in fitting])
+        constants = {"call_tokens": fit.call_tokens, "pair_cost": fit.pair_cost}
+        results["fit"] = asdict(fit)
+    except ValueError as error:  # the timings already taken stay useful: judge the defaults, and say so
+        constants = dict(defaults)
+        results["fit"] = {"error": str(error), **constants}
+    fitted = make_scorer("fastjev", components=["T", "S", "P"], call_overhead_tokens=constants["call_tokens"], **common)
+    fitted.pair_cost = constants["pair_cost"]  # the planner's pair cost (an attribute of the scorer, not an option)
+    methods[AUTO_FITTED] = method(fitted)
+    methods[AUTO_FITTED](questions[0][1])  # its warm-up
+    in_sample = []
+    for i in fitting:
+        w = workloads[i]
+        w["fitted_plan"] = chosen_plan(features[i], constants["call_tokens"], constants["pair_cost"])
+        in_sample.append(w["seconds"][PLAN_METHODS[w["fitted_plan"]]] / best_seconds(w["seconds"]))
+    results["fit"]["in_sample_ratio"] = ratio_summary(in_sample)
+    results["fit"]["pair_cost_over_flop_estimate"] = constants["pair_cost"] / defaults["pair_cost"] if defaults["pair_cost"] else None
+
+    for i in tqdm(held_out, desc="held-out half"):
+        w = workloads[i] = measure(i, [AUTO_FITTED, AUTO_DEFAULT, *plan_names], "held-out")
+        e = questions[i][1]
+        w["auto_plan"] = {AUTO_FITTED: fitted.plan(e)[0], AUTO_DEFAULT: reference.plan(e)[0]}
+        w["auto_ratio"] = {a: auto_ratio(w["times"], a) for a in (AUTO_FITTED, AUTO_DEFAULT)}
     results["workloads"] = workloads
+    results["held_out_auto"] = {a: {key: ratio_summary([workloads[i]["auto_ratio"][a][key] for i in held_out])
+                                    for key in ("median", "first")} for a in (AUTO_FITTED, AUTO_DEFAULT)}
+    results["model_flops_per_second"] = {
+        m: sum(w["model_flops"][m] for w in workloads if m in w["seconds"]) / sum(w["seconds"][m] for w in workloads if m in w["seconds"])
+        for m in (AUTO_FITTED, AUTO_DEFAULT, *plan_names)}
     results["state"] = state_storage()
     if cfg.retention:
         results["retention"] = retention(cfg, loaded)
@@ -176,23 +357,24 @@ def call_overhead(model, sizes=(1, 64, 256), repeats: int = 7) -> float:
 
 
 def plot_speedups(workloads: list[dict], path: Path) -> None:
-    """Speedup over S+P of T+S+P (auto) and the packed trie against the trie's token reduction."""
+    """Speedup over S+P of the packed trie (every workload) and `auto` with fitted constants (held-out half)
+    against the trie's token reduction."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for method, marker in (("T+S+P auto", "o"), ("T+S+P packed", "x")):
+    for method, marker in ((AUTO_FITTED, "o"), (PLAN_METHODS["packed"], "x")):
         for length, color in zip(sorted({w["length"] for w in workloads}), ("tab:blue", "tab:orange", "tab:green", "tab:red")):
-            rows = [w for w in workloads if w["length"] == length]
+            rows = [w for w in workloads if w["length"] == length and method in w["seconds"]]
             ax.scatter([100 * (1 - w["merged"] / w["unmerged"]) for w in rows],
                        [w["seconds"]["S+P"] / w["seconds"][method] for w in rows],
                        marker=marker, color=color, alpha=0.7, label=f"{method}, {length} tokens")
     ax.axhline(1.0, color="gray", lw=0.8)
     ax.set_xlabel("trie token reduction (%)")
     ax.set_ylabel("speedup over S+P (x)")
-    ax.set_title("FastJEV on the synthetic grid (embedded model, CPU)")
+    ax.set_title("FastJEV on the synthetic grid (embedded model, CPU; auto: held-out half)")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -244,51 +426,109 @@ def retention(cfg, loaded) -> list[dict]:
     return rows
 
 
+def _summary_text(s: dict) -> str:
+    low, high = s["mean_interval_95"]
+    return (f"mean {s['mean']:.3f} [95% bootstrap over workloads {low:.3f}, {high:.3f}], median {s['median']:.3f}, "
+            f"worst {s['worst']:.3f} ({_within(s['worst'])})")
+
+
+def _within(worst: float) -> str:
+    return "never slower" if worst <= 1 else f"within {100 * (worst - 1):.1f}% on every one"
+
+
 def summary(r: dict) -> str:
-    """`auto` against the faster of the packed trie and S+P over the workloads: medians and first passes."""
-    rows = r["workloads"]
-    ratios = sorted(auto_ratio(w["seconds"]) for w in rows)
-    text = (f"`auto` / faster of (packed trie, S+P), median over rounds: median {statistics.median(ratios):.2f}, "
-            f"worst {ratios[-1]:.2f} over {len(rows)} workloads")
-    if all("spread" in w for w in rows):
-        first = sorted(auto_ratio({m: w["spread"][m]["first"] for m in w["spread"]}) for w in rows)
-        text += f"; first pass only: median {statistics.median(first):.2f}, worst {first[-1]:.2f}"
-    return text + "."
+    """`auto` against the faster of the packed trie and S+P on the held-out half: medians and first passes."""
+    lines = []
+    for auto, label in ((AUTO_FITTED, "the fitted constants"), (AUTO_DEFAULT, "the scorer's default constants")):
+        s = r["held_out_auto"][auto]
+        lines.append(f"- `auto` with {label}, its time / the faster of (packed trie, S+P), over the "
+                     f"{s['median']['workloads']} held-out workloads: median over rounds {_summary_text(s['median'])}; "
+                     f"first pass {_summary_text(s['first'])}.")
+    return "\n".join(lines)
+
+
+def _fit_text(r: dict) -> str:
+    fit, d, in_sample = r["fit"], r["default_constants"], r["fit"]["in_sample_ratio"]
+    measured = f"a 1-token call measured directly here: {r['call_overhead_tokens']:.0f}"
+    if "error" in fit:
+        head = (f"**The fit failed** ({fit['error']}): `auto (fitted)` below runs the scorer's default constants, call "
+                f"cost {d['call_tokens']:.1f} token-equivalents ({measured}), pair cost {d['pair_cost']:.2e}.")
+    else:
+        head = (f"**Fitted constants** ({fit['observations']} plan timings, rms relative error "
+                f"{100 * fit['rms_relative_error']:.1f}%): call cost **{fit['call_tokens']:.1f}** token-equivalents "
+                f"(scorer default {d['call_tokens']:.0f}; {measured}); pair cost **{fit['pair_cost']:.2e}** "
+                f"token-equivalents per attention pair (default, the FLOP estimate: {d['pair_cost']:.2e}).")
+    return (head + f" In-sample (fitting half, the plan these constants pick, from the plan timings): mean "
+            f"{in_sample['mean']:.3f}, worst {in_sample['worst']:.3f} of the faster of (packed trie, S+P).")
+
+
+def _ms(seconds: dict, method: str) -> str:
+    return f"{1000 * seconds[method]:.0f}" if method in seconds else "—"
 
 
 def render(r: dict) -> str:
-    m = r["mmlu285"]
+    m, split = r["mmlu285"], r["split"]
+    peak = r["matmul_peak_flops_per_second"]
+    achieved = "; ".join(f"{name} {v / 1e9:.1f} ({100 * v / peak:.0f}%)" for name, v in r["model_flops_per_second"].items())
     lines = [
         "## FastJEV (embedded model; tiny random hybrid for S)",
         "",
-        f"Command: `{r['command']}` — fp32 CPU, {r['cores']} cores ({r['torch_threads']} torch threads). Per workload "
-        f"(candidates x tokens x shared content x flat/two-level branching, {len(r['workloads'])} workloads, a 64-token "
-        f"prefix): T+S+P auto, T+S+P packed, S+P and `jet` (packed) interleaved, median of {r['rounds']} "
-        f"rounds each (interquartile ranges and first passes in fastjev.json). `auto`'s call cost is measured, not "
-        f"fitted to these timings. Pruning k={r['k']} (skipped layers {r['skipped_layers']}, 0-based, from docs/calibration). "
-        f"`auto` cost of one call, measured here: {r['call_overhead_tokens']:.0f} token-equivalents.",
+        f"Command: `{r['command']}` — {r['dtype']} CPU, {r['cores']} cores ({r['torch_threads']} torch threads). "
+        f"{len(r['workloads'])} synthetic workloads (candidates x tokens x shared content x flat/two-level branching, "
+        f"a {r['prefix_tokens']}-token prefix). Pruning k={r['k']} (skipped layers {r['skipped_layers']}, 0-based, from docs/calibration).",
+        "",
+        f"**Protocol.** The grid is split by a seeded shuffle (seed {split['seed']}) into a fitting half "
+        f"({len(split['fitting'])} workloads) and a held-out half ({len(split['held_out'])} workloads); the table's "
+        "`split` column says which is which. Fitting half: the three plans `auto` picks from (T+S+P packed, T+S+P "
+        f"segmented, S+P = the flat plan) and `jet` (packed) run interleaved, {r['rounds']} rounds each in a rotating "
+        "order (each workload continues the rotation, so no method is always first), after one warm-up. `auto`'s two "
+        "constants are fitted there, and only there: least squares on the relative error of the plans' median "
+        "seconds, seconds = a + b (calls x call cost + fed tokens + pair cost x attention pairs), slopes kept >= 0. "
+        "Held-out half: `auto` with the fitted constants, `auto` with the scorer's defaults, the three plans and "
+        f"`jet` run interleaved, {r['rounds']} rounds each. Every result on "
+        "`auto` below is on the held-out half only: per workload, `auto`'s seconds over the faster of the packed trie "
+        "and S+P in the same round, as the median over rounds [interquartile range] and as the first pass. Times in "
+        "the table are medians over rounds; every round's seconds are in fastjev.json. Nothing is re-timed.",
+        "",
+        _fit_text(r),
+        "",
+        "**`auto` vs the faster of the packed trie and S+P, held-out half:**",
+        "",
+        summary(r),
+        "",
+        f"**Distance to the hardware limit.** Peak of a 2048 x 2048 {r['dtype']} matmul in this run: "
+        f"**{peak / 1e9:.0f} GFLOP/s**. Achieved model GFLOP/s over the workloads each method ran (model FLOPs of the "
+        f"tokens it fed, skipped layers excluded, / its median seconds; share of the peak): {achieved}.",
         "",
         f"**Logical candidate tokens, MMLU-285:** {m['unmerged']} -> {m['merged']} (**{100 * m['reduction']:.2f}%** fewer).",
         "",
-        f"**auto vs the best plan:** {summary(r)}",
-        "",
         "![speedup over S+P](bench/fastjev_speedup.png)",
         "",
-        "| cand | len | shared | levels | tokens -> trie | auto plan | T+S+P auto ms | T+S+P packed ms | S+P ms | jet ms | auto / best(trie, S+P) | packed speedup vs S+P | kept cache kB auto / S+P / jet |",
-        "|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---|",
+        "| split | cand | len | shared | levels | tokens -> trie | auto plan fitted / defaults | auto fitted ms | "
+        "auto defaults ms | packed ms | segmented ms | S+P ms | jet ms | auto fitted / best(trie, S+P) [IQR of rounds] | "
+        "packed speedup vs S+P | model GFLOP/s packed / S+P / jet | kept cache kB packed / S+P / jet |",
+        "|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|---|",
     ]
+    packed, flat = PLAN_METHODS["packed"], PLAN_METHODS["flat"]
     for w in r["workloads"]:
         s = w["seconds"]
-        ratio = f"{auto_ratio(s):.2f}"
-        jet = f"{1000 * s['jet']:.0f}" if "jet" in s else "—"
-        kb = " / ".join(f"{w['cache_bytes'][m] / 1024:,.0f}" for m in ("T+S+P auto", "S+P", "jet") if m in w["cache_bytes"])
+        if w["split"] == "held-out":
+            plans = f"{w['auto_plan'][AUTO_FITTED]} / {w['auto_plan'][AUTO_DEFAULT]}"
+            a = w["auto_ratio"][AUTO_FITTED]
+            ratio = f"{a['median']:.2f} [{a['q1']:.2f}, {a['q3']:.2f}]"
+        else:
+            plans, ratio = f"({w['fitted_plan']}) / —", "— (fitting)"
+        gflops = " / ".join(f"{w['model_flops'][x] / s[x] / 1e9:.1f}" for x in (packed, flat, "jet"))
+        kb = " / ".join(f"{w['cache_bytes'][x] / 1024:,.0f}" for x in (packed, flat, "jet"))
         lines.append(
-            f"| {w['candidates']} | {w['length']} | {100 * w['shared']:.0f}% | {w['levels']} | {w['unmerged']} -> {w['merged']} "
-            f"({100 * (1 - w['merged'] / w['unmerged']):.1f}%) | {w['auto_plan']} | {1000 * s['T+S+P auto']:.0f} | "
-            f"{1000 * s['T+S+P packed']:.0f} | {1000 * s['S+P']:.0f} | {jet} | {ratio} | {s['S+P'] / s['T+S+P packed']:.2f}x | {kb} |"
+            f"| {w['split']} | {w['candidates']} | {w['length']} | {100 * w['shared']:.0f}% | {w['levels']} | "
+            f"{w['unmerged']} -> {w['merged']} ({100 * (1 - w['merged'] / w['unmerged']):.1f}%) | {plans} | "
+            f"{_ms(s, AUTO_FITTED)} | {_ms(s, AUTO_DEFAULT)} | {_ms(s, packed)} | {_ms(s, PLAN_METHODS['segmented'])} | "
+            f"{_ms(s, flat)} | {_ms(s, 'jet')} | {ratio} | {s[flat] / s[packed]:.2f}x | {gflops} | {kb} |"
         )
     lines += [
         "",
+        "Fitting rows show in parentheses the plan the fitted constants pick (`auto` itself is not timed there). "
         "Kept cache kB: peak bytes of cache/state kept between forward calls (0 = one call, nothing kept; "
         "docs/bench/fastjev.json `cache_bytes`); a per-method peak RSS cannot be separated in one process on CPU.",
         "",
