@@ -28,6 +28,18 @@ class JetOptions(ScorerOptions):
         models (see docs/benchmarks.md), `sequential` for hybrid and vision-language models (the images
         run once, with the prefix), `independent` for others. `batched` and `packed` need an
         attention-only model.
+    reuse_prefix: with the `packed` schedule, keep the attention keys/values of the last question's text
+        prefix after each call, and let the next call's questions that begin with at least
+        `min_shared_prefix` of its tokens read that part instead of computing it again (e.g. the system
+        message and worked examples an agent sends at every step; each question's last prefix token always
+        runs, its logits give the first candidate tokens). Scores are unchanged (fp32 equal to the
+        `independent` path); `Usage.prefix_tokens` counts only the prefix tokens computed in the call, the
+        ones read are counted by the scorer's `kept_prefix` (`reused_tokens`, `reusing_calls`). At most one
+        prefix is kept (memory: one prefix's keys/values, shown as the keeping question's
+        `Usage.cache_bytes`), replaced after every call; tokens are matched exactly, and it is dropped when
+        the model object, its dtype or device changes, so stale keys are never read (call
+        `kept_prefix.clear()` after changing the weights in place). Models with sliding-window layers keep
+        nothing. Off: every call computes its prefixes.
     reasoning: generate a trace once per question (at most `reasoning_tokens`, greedy when
         `reasoning_temperature` is 0, else sampled with `reasoning_seed`), append it and
         `reasoning_suffix` to the shared context, and record it in the decision. Text only: refused for
@@ -36,6 +48,7 @@ class JetOptions(ScorerOptions):
 
     SCHEDULES: ClassVar[tuple[str, ...]] = SCHEDULES
 
+    reuse_prefix: bool = True
     reasoning: bool = False
     reasoning_tokens: int = 128
     reasoning_temperature: float = 0.0
@@ -44,6 +57,8 @@ class JetOptions(ScorerOptions):
 
     def __post_init__(self):
         super().__post_init__()
+        if not isinstance(self.reuse_prefix, bool):
+            raise ValueError(f"reuse_prefix must be true or false, got {self.reuse_prefix!r}")
         if self.reasoning_tokens < 1:
             raise ValueError(f"reasoning_tokens must be at least 1, got {self.reasoning_tokens}")
         if self.reasoning_temperature < 0:
@@ -68,6 +83,7 @@ class JetScorer(ScorerBase):
             model = load_model(model, self.options.placement)
         self.loaded = model
         self.corrections = Corrections(self.options)  # normalization, temperature, cached candidate priors
+        self.kept_prefix = None  # the prefix kept between `packed` calls (`reuse_prefix`), made on first use
 
     def describe(self) -> dict:
         return {**super().describe(), "schedule_used": self.schedule}
@@ -124,7 +140,13 @@ class JetScorer(ScorerBase):
         encoded = [p.encoded for p in prepared] + extra  # candidate priors run with the questions
         model, schedule = self.loaded.model, self.schedule
         if schedule == "packed":
-            scored = execution.score_packed_many(model, encoded, self.options.max_batch_tokens, self.options.min_shared_prefix)
+            if self.options.reuse_prefix and self.kept_prefix is None:
+                from .kernels import KeptPrefix
+
+                self.kept_prefix = KeptPrefix()
+            scored = execution.score_packed_many(model, encoded, self.options.max_batch_tokens,
+                                                 self.options.min_shared_prefix, self.kept_prefix,
+                                                 keep=len(prepared) - 1 if prepared else None)
         elif schedule == "sequential":
             from .sequential import score_sequential
 

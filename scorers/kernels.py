@@ -15,12 +15,15 @@ built from.
 - `row_batches` / `greedy_groups`: how items of given sizes fill calls of a token capacity.
 - `shared_prefix_groups` / `shared_rows`: runs of neighbouring questions whose prefixes begin alike, packed
   as rows with the common part once.
+- `KeptPrefix` / `row_states`: one text prefix's keys/values kept between calls (`jet`'s `reuse_prefix`), and
+  the states of a packed row's keys read back from the cache of `run_rows`.
 - `state_bytes` / `live_bytes`: the one byte counter of cached states (per tensor, or per distinct storage).
 Masked row calls read keys through grouped-query attention (`attention.grouped_rows`, no `repeat_kv`).
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Hashable, Sequence
 
@@ -33,13 +36,17 @@ from .types import Usage
 
 @dataclass
 class Work:
-    """Per-question counters, frozen into `Usage` at the end."""
+    """Per-question counters, frozen into `Usage` at the end.
+
+    `reused_tokens`: prefix tokens read from a prefix kept by an earlier call instead of computed (never
+    counted in `prefix_tokens`); `Usage` has no field for it, the scorer sums it (`KeptPrefix.reused_tokens`)."""
 
     prefix_tokens: int = 0
     candidate_tokens: int = 0
     forward_calls: int = 0
     cache_bytes: int = 0
     image_tokens: int = 0
+    reused_tokens: int = 0
 
     def usage(self) -> Usage:
         return Usage(self.prefix_tokens, self.candidate_tokens, self.forward_calls, self.cache_bytes, self.image_tokens)
@@ -127,17 +134,22 @@ def forget_positions(model) -> None:
 
 
 @torch.inference_mode()
-def prefix_call(model, prefix: Sequence[int], targets: Sequence[int], work: Work, inputs: dict | None = None):
+def prefix_call(model, prefix: Sequence[int], targets: Sequence[int], work: Work, inputs: dict | None = None,
+                cache=None):
     """Run `prefix` once with a cache (every layer); return (cache, log-probs of `targets` as next tokens).
 
-    `inputs`: the prefix's extra model inputs (`prefix_inputs`), None for text. Counts the prefix tokens and
-    the call in `work`."""
+    `inputs`: the prefix's extra model inputs (`prefix_inputs`), None for text. `cache`: a cache already
+    holding the prefix's first keys (text only; it is extended in place and returned): only the rest runs.
+    Counts the prefix tokens run and the call in `work`."""
     if inputs is not None:
         forget_positions(model)
-    out = model(input_ids=torch.tensor([list(prefix)], device=model_device(model)), use_cache=True, logits_to_keep=1,
-                **(inputs or {}))
+    done = 0 if cache is None else cache.get_seq_length()
+    if not 0 <= done < len(prefix) or (done and inputs):
+        raise ValueError(f"a cache of {done} keys cannot start a text prefix of {len(prefix)} tokens")
+    out = model(input_ids=torch.tensor([list(prefix[done:])], device=model_device(model)), use_cache=True,
+                logits_to_keep=1, cache=cache, **(inputs or {}))
     sums = gather_sums(out.logits[0, -1:], [0] * len(targets), list(targets), list(range(len(targets))), len(targets))
-    work.prefix_tokens += len(prefix)
+    work.prefix_tokens += len(prefix) - done
     work.forward_calls += 1
     return out.cache, sums
 
@@ -381,6 +393,100 @@ def run_chains(model, chains: list[Sequence[int]], targets: list[list[tuple[int,
         out = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device),
                     cache=cache, use_cache=True)
     return gather_by_owner(out.logits.reshape(-1, out.logits.shape[-1]), rows, picked, owners)
+
+
+def row_states(cache, calls: list[TreeCall], start: int, row: int, keys: Sequence[int]) -> list[tuple]:
+    """(keys, values) per layer, batch 1, of the keys `keys` (in that order) of row `row` of a `run_rows`
+    call, read from the cache it filled (`start` keys given before it, then each row's left padding)."""
+    pad = max(len(call) - start for call in calls) - (len(calls[row]) - start)
+    layers = cache.layers
+    columns = torch.tensor([k if k < start else k + pad for k in keys], device=layers[0].keys.device)
+    return [(layer.keys[row : row + 1].index_select(2, columns), layer.values[row : row + 1].index_select(2, columns))
+            for layer in layers]
+
+
+def keeps_prefixes(model) -> bool:
+    """Whether a kept prefix can serve `model`: every cache layer is a plain full-attention `DynamicLayer` (no
+    sliding window, no recurrent or convolution state, no layers sharing keys)."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    layers = DynamicCache(config=model.config).layers
+    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+
+
+class KeptPrefix:
+    """The attention keys/values of ONE text prefix, kept between calls of a scorer (`jet`'s `reuse_prefix`).
+
+    Bounded memory: at most one prefix is held (layers x 2 x key heads x tokens x head size); `keep` replaces
+    it, `clear` drops it. It is never handed to a model: `cache(length, rows)` builds a fresh cache holding a
+    copy of its first `length` keys for `rows` batch rows, so a call that appends to that cache leaves the
+    kept tensors as they were. `usable(model)` drops it when the model object, its dtype or its device is not
+    the one it was computed with, and refuses models whose cache is not plain attention (`keeps_prefixes`).
+    Tokens are matched exactly (`reusable`), so a changed prefix never meets stale keys.
+    `reused_tokens` / `reusing_calls` count what reuse saved over the scorer's life."""
+
+    def __init__(self):
+        self.tokens: tuple[int, ...] = ()
+        self.layers: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._model = None
+        self._supported: tuple | None = None  # (model ref, answer of keeps_prefixes)
+        self.reused_tokens = 0
+        self.reusing_calls = 0
+
+    def __len__(self):
+        return len(self.tokens)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for layer in self.layers for t in layer)
+
+    def clear(self) -> None:
+        self.tokens, self.layers, self._model = (), [], None
+
+    def keep(self, model, tokens: Sequence[int], layers: list[tuple]) -> None:
+        """Hold `layers` ((keys, values) per layer, batch 1, one key per token) as the states of `tokens`."""
+        if any(k.shape[0] != 1 or k.shape[2] != len(tokens) or v.shape[:3] != k.shape[:3] for k, v in layers):
+            raise ValueError(f"kept states must be batch 1 with {len(tokens)} keys per layer")
+        self.tokens, self.layers, self._model = tuple(tokens), list(layers), weakref.ref(model)
+
+    def usable(self, model) -> bool:
+        """Whether prefixes can be kept for `model`; a prefix kept for another model, dtype or device is dropped."""
+        if self._supported is None or self._supported[0]() is not model:
+            self._supported = (weakref.ref(model), keeps_prefixes(model))
+        if not self._supported[1]:
+            self.clear()
+            return False
+        if self.layers:
+            keys = self.layers[0][0]
+            if self._model() is not model or keys.dtype != model.dtype or keys.device != model_device(model):
+                self.clear()
+        return True
+
+    def reusable(self, prefixes: Sequence[Sequence[int] | None], min_shared: int) -> tuple[int, list[int]]:
+        """(length, indices): how many leading kept tokens the call reads, and the prefixes that read them.
+
+        A prefix (None: not a text prefix) can read r = min(common length with the kept tokens, its length - 1)
+        tokens: its last token always runs, its logits give the first candidate tokens. Only r >= `min_shared`
+        (> 0) counts. One length serves the call: the one that saves the most tokens (length x readers; the
+        longer on a tie); every prefix with r at least that long reads it."""
+        if not self.tokens or min_shared < 1:
+            return 0, []
+        reach = [None if p is None else min(common_length(self.tokens, p), len(p) - 1) for p in prefixes]
+        lengths = {r for r in reach if r is not None and r >= min_shared}
+        if not lengths:
+            return 0, []
+        best = max(lengths, key=lambda n: (n * sum(r is not None and r >= n for r in reach), n))
+        return best, [i for i, r in enumerate(reach) if r is not None and r >= best]
+
+    def cache(self, length: int, rows: int = 1):
+        """A fresh transformers cache holding a copy of the first `length` kept keys, repeated over `rows`."""
+        from transformers.cache_utils import DynamicCache
+
+        if not 0 < length <= len(self.tokens):
+            raise ValueError(f"cannot read {length} keys of a kept prefix of {len(self.tokens)} tokens")
+        return DynamicCache(ddp_cache_data=[  # the cache copies the expanded views into tensors of its own
+            (k[:, :, :length].expand(rows, -1, -1, -1), v[:, :, :length].expand(rows, -1, -1, -1))
+            for k, v in self.layers])
 
 
 # ---------------------------------------------------------------- bytes

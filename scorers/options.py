@@ -25,7 +25,8 @@ class ScorerOptions:
         with at least this many identical tokens, next to each other, run that common part once and each
         continues from it (e.g. the eight questions of a LIBERO frame; `jet`'s `packed` schedule and
         `fastjev`'s packed plans). Scores are unchanged; `Usage.prefix_tokens` splits the common part evenly
-        over the questions that share it. 0 turns sharing off.
+        over the questions that share it. 0 turns sharing off. It is also the least length `jet`'s
+        `reuse_prefix` reads from the prefix kept by an earlier call (0: none).
     binary_texts: the (false, true) candidate texts of binary questions without candidates.
     normalization: the candidate-prior correction of the scores before the softmax (the raw
         log-likelihoods are kept unchanged beside them): `none` (the JET rule), `token` (mean log-prob per

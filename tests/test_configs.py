@@ -149,6 +149,7 @@ def test_fastjev_ablation_overrides_compose():
 OVERRIDES = {
     "schedule": ("packed", "packed"), "template": ("none", "none"), "max_batch_tokens": ("77", 77),
     "min_shared_prefix": ("0", 0),
+    "reuse_prefix": ("false", False),
     "binary_texts": ("[no,yes]", ("no", "yes")), "reasoning": ("true", True), "reasoning_tokens": ("9", 9),
     "reasoning_temperature": ("0.5", 0.5), "reasoning_seed": ("3", 3), "reasoning_suffix": ("'Final answer:'", "Final answer:"),
     "components": ("[S,P]", ("S", "P")), "calibration": ("/tmp/c.json", "/tmp/c.json"),

@@ -119,3 +119,22 @@ def test_reasoning_trace_joins_the_shared_context(embedded):
     assert max(abs(a - b) for a, b in zip(first.logprobs, again.logprobs)) < 1e-4
     with pytest.raises(ValueError, match="reasoning_tokens must be at least 1"):
         scorer(embedded, reasoning=True, reasoning_tokens=0)
+
+
+def test_prefix_reuse_on_the_embedded_model(embedded):
+    """An agent's loop: a fixed chat (system message + worked examples) and a new observation per step. The
+    steps after the first read the fixed part from the kept prefix; every score equals the independent path."""
+    fixed = [{"role": "system", "content": "You play Doom. Pick one control."}]
+    for seen, done in [("a demon ahead", "attack"), ("a wall ahead", "turn left"), ("an open door", "move forward")]:
+        fixed += [{"role": "user", "content": f"You see {seen}."}, {"role": "assistant", "content": done}]
+    controls = ["attack", "turn left", "turn right", "move forward", "use"]
+    steps = [Question(context=fixed + [{"role": "user", "content": f"You see {seen}."}], candidates=controls)
+             for seen in ("two imps", "a corridor to the left", "a barrel")]
+    reuse, reference = scorer(embedded), scorer(embedded, schedule="independent")
+    decisions = [reuse.decide(q) for q in steps]
+    for mine, ref in zip(decisions, reference.decide_many(steps)):
+        assert max(abs(a - b) for a, b in zip(mine.logprobs, ref.logprobs)) < 1e-4 and mine.choice == ref.choice
+    full = [d.usage.prefix_tokens for d in scorer(embedded, reuse_prefix=False).decide_many(steps[:1])]
+    assert decisions[0].usage.prefix_tokens == full[0]
+    assert all(d.usage.prefix_tokens < full[0] // 2 for d in decisions[1:])
+    assert reuse.kept_prefix.reusing_calls == 2
