@@ -102,7 +102,8 @@ def run_bench(cfg: BenchConfig) -> dict:
     loaded = load_model(cfg.model)
     model = loaded.model
     dtype = model_dtype(model)
-    jets = {s: make_scorer("jet", model=loaded, template="none", schedule=s, max_batch_tokens=cfg.max_batch_tokens)
+    jets = {s: make_scorer("jet", model=loaded, template="none", schedule=s, max_batch_tokens=cfg.max_batch_tokens,
+                             reuse_prefix=False)  # every timing computes its whole prefix (questions are re-timed)
             for s in ("independent", *SCHEDULES)}
     lm_evals = {bs: HFLM(pretrained=resolve(cfg.model), batch_size=bs, device="cpu", dtype=dtype_name(dtype))
                 for bs in sorted(set(cfg.per_question_lm_eval_batch_sizes) | set(cfg.whole_set_lm_eval_batch_sizes))}

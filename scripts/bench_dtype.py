@@ -57,7 +57,7 @@ def build_methods(cfg: BenchDtypeConfig) -> dict:
             loaded.model = torch.ao.quantization.quantize_dynamic(loaded.model, {torch.nn.Linear}, dtype=torch.qint8)
         else:
             loaded = load_model(cfg.model, {"device": "cpu", "dtype": name})
-        methods[name] = make_scorer("jet", model=loaded, template=cfg.template)
+        methods[name] = make_scorer("jet", model=loaded, template=cfg.template, reuse_prefix=False)  # chunks are re-timed
     return methods
 
 

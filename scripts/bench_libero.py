@@ -108,7 +108,7 @@ def run(args) -> dict:
         questions = [q for q in questions if parse_id(q.id)["frame"] in set(keep)]
     loaded = load_model(args.model)
     common = dict(model=loaded, template="chat")
-    jet = make_scorer("jet", **common)
+    jet = make_scorer("jet", reuse_prefix=False, **common)  # frames are re-timed: no prefix kept from the last call
     jet_alone = make_scorer("jet", min_shared_prefix=0, **common)  # every question runs its own prefix
     sp = make_scorer("fastjev", components=["S", "P"], pruning_k=args.k, **common)
     tsp = make_scorer("fastjev", components=["T", "S", "P"], pruning_k=args.k, **common)
