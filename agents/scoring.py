@@ -40,7 +40,7 @@ class ScorerAgent:
     is inferred from the first observation.
     """
 
-    def __init__(self, scorer, task: str | None = None, memory: int = 4, describer: str | Callable = "auto",
+    def __init__(self, scorer, task: str | None = None, memory: int = 0, describer: str | Callable = "auto",
                  perception: Perception = "describe", policy: Policy = "argmax", temperature: float = 1.0,
                  screenshot: bool = False, env=None, observation_space=None, digits: int = 4, examples=()):
         check_choice("perception", perception, PERCEPTIONS)

@@ -1,138 +1,150 @@
-"""ViZDoom control-loop benchmark; writes the `vizdoom` section of docs/benchmarks.md.
+"""ViZDoom agents benchmark; writes the `vizdoom` section of docs/benchmarks.md (with --docs).
 
-1. Decisions/s of the `scorer` agent with the embedded model, prefix reuse on (`packed`: the question's
-   prefix and all nine controls in one masked forward call) vs off (`independent`: one full forward per
-   control), measured over the same seeded defend-the-center steps.
-2. Mean return over seeded defend-the-center episodes for `scorer` (jet, packed), `random`, `scripted`.
+For each scenario, the same seeded episodes (seeds seed..seed+N-1) are played by the `scorer` agent (the
+episode config's defaults: embedded model, jet, `placement.dtype=auto`, the scenario's worked examples,
+plus any `--override`), `random`, `scripted` and the `fixed` agent for each of the nine controls. Reported:
+mean return with a 95% bootstrap interval over episodes, and the scorer's *paired* difference (same seeds)
+to random, to the best fixed control (the one with the highest mean on these seeds) and to scripted.
+Seeds used to tune prompts must not be the reported ones: the default seed (1000) is above the tuning seeds
+noted in docs/benchmarks.md. The scorer's decisions/s (agent time only, not the engine) is reported too.
 
-    .venv/bin/python -m jetgym.scripts.bench_episode              # 10 episodes of 210 tics, frame skip 7
-    .venv/bin/python -m jetgym.scripts.bench_episode --episodes 20 --episode-timeout 2100 --frame-skip 4
+    nice .venv/bin/python -m jetgym.scripts.bench_episode --docs --fewer health_gathering=5
+    nice .venv/bin/python -m jetgym.scripts.bench_episode --scenarios basic --episodes 5 --override agent.memory=0
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import time
 from pathlib import Path
 
 import torch
+
+from jetgym.questions.bootstrap import episode_bootstrap, paired_episode_bootstrap
 from jetgym.scripts.benchmarks_doc import write_results
-from jetgym.scripts.config import compose, scorer_options, to_config
-from jetgym.scripts.episode import make_env, run_episodes
+from jetgym.scripts.config import compose
+from jetgym.scripts.episode import EPISODES, run_episodes
 
-AGENTS = ("scorer", "random", "scripted")
-
-
-class CountingAgent:
-    """Passes decisions through and counts the scorer's forward calls."""
-
-    def __init__(self, agent):
-        self.agent, self.forward_calls = agent, 0
-
-    def reset(self, seed=None):
-        self.agent.reset(seed)
-
-    def act(self, observation, candidates):
-        act = self.agent.act(observation, candidates)
-        self.forward_calls += act.usage["forward_calls"]
-        return act
+SCENARIOS = ("defend_the_center", "basic", "health_gathering")
 
 
-def decision_rate(config, scorer, seed: int) -> dict:
-    """Agent decisions/s over one seeded episode (the engine's time is excluded)."""
-    from jetgym.agents import make_agent, rollout
-
-    env = make_env(config)
-    agent = CountingAgent(make_agent("scorer", scorer=scorer, task=env.unwrapped.task, memory=config.agent.memory,
-                                     perception=config.agent.perception))
-    try:
-        (episode,) = rollout(env, agent, 1, seed, progress=False)
-    finally:
-        env.close()
-    done = episode["length"]
-    return {"decisions": done, "seconds": episode["decision_seconds"],
-            "decisions_per_second": done / episode["decision_seconds"], "forward_calls_per_decision": agent.forward_calls / done}
+def returns_of(out: Path) -> list[float]:
+    """Episode returns in episode order, read back from the run's episodes.jsonl."""
+    rows = [json.loads(line) for line in (out / EPISODES).read_text().splitlines()]
+    return [row["return"] for row in sorted(rows, key=lambda row: row["episode"])]
 
 
-def bench(episodes: int = 10, episode_timeout: int = 210, frame_skip: int = 7, seed: int = 0,
-          output_dir: str = "outputs/bench_episode", write_doc: bool = False) -> dict:
-    from jetgym.scorers import make_scorer
+def play(scenario: str, episodes: int, seed: int, out: Path, overrides: list[str]) -> dict:
+    """Every agent on the same seeds; returns {agent: {"returns": [...], ...}}."""
+    from jetgym.envs.vizdoom import CONTROLS
 
+    base = [f"env={scenario}", f"episodes={episodes}", f"seed={seed}", "video=false"]
+    agents = {"scorer": ["agent=scorer", *overrides], "random": ["agent=random"], "scripted": ["agent=scripted"]}
+    agents.update({f"fixed: {c.text}": ["agent=fixed", f"agent.control={c.label}"] for c in CONTROLS})
+    results, scorer = {}, None
+    for name, extra in agents.items():
+        folder = out / scenario / name.replace("fixed: ", "fixed-").replace(" ", "_")
+        summary = run_episodes(compose("episode", base + extra + [f"output_dir={folder}"]), quiet=True)
+        results[name] = {"returns": returns_of(folder), "mean_length": summary["mean_length"],
+                         "decisions_per_second": summary.get("decisions_per_second")}
+        if name == "scorer":
+            scorer = {**(summary.get("scorer") or {}), "model": summary.get("model")}
+        print(f"{scenario} {name}: mean return {summary['mean_return']:.2f}", flush=True)
+    return {"agents": results, "scorer": scorer}
+
+
+def compare(agents: dict) -> dict:
+    """Means with intervals and the scorer's paired differences (clusters: one per seed)."""
+    seeds = list(range(len(agents["scorer"]["returns"])))
+    means = {name: episode_bootstrap(r["returns"], seeds).to_dict() for name, r in agents.items()}
+    fixed = [name for name in agents if name.startswith("fixed: ")]
+    best = max(fixed, key=lambda name: means[name]["estimate"])
+    paired = {other: paired_episode_bootstrap(agents["scorer"]["returns"], agents[other]["returns"], seeds).to_dict()
+              for other in ("random", best, "scripted")}
+    return {"means": means, "best_fixed": best, "paired": paired}
+
+
+def bench(scenarios=SCENARIOS, episodes: int = 20, seed: int = 1000, overrides=(), output_dir: str = "outputs/bench_episode",
+          docs: bool = False, fewer: dict[str, int] | None = None) -> dict:
     started = time.monotonic()
     out = Path(output_dir)
-    base = [f"env.kwargs.episode_timeout={episode_timeout}", f"env.kwargs.frame_skip={frame_skip}", f"seed={seed}",
-            f"episodes={episodes}", "video=false"]
-    config = to_config(compose("episode", base + [f"output_dir={out}"]))
-    options = {**scorer_options(config), "schedule": "packed"}
-    packed = make_scorer("jet", **options)
-    independent = make_scorer("jet", **{**options, "model": packed.loaded, "schedule": "independent"})
-    rates = {name: decision_rate(config, scorer, seed) for name, scorer in
-             (("packed", packed), ("independent", independent))}
-    results = {}
-    for agent in AGENTS:
-        summary = run_episodes(compose("episode", base + [f"agent={agent}", f"output_dir={out / agent}"]),
-                               scorer=packed if agent == "scorer" else None, quiet=True)
-        results[agent] = summary
-        print(f"{agent}: mean return {summary['mean_return']:.2f} +- {summary['std_return']:.2f}", flush=True)
-    report = {"rates": rates, "returns": {k: {key: v[key] for key in ("mean_return", "std_return", "mean_kills",
-                                                                         "mean_length", "episodes", "ends",
-                                                                         "decisions_per_second")}
-                                          for k, v in results.items()},
-              "episode_timeout": episode_timeout, "frame_skip": frame_skip, "seed": seed,
-              "torch_threads": torch.get_num_threads(), "wall_seconds": time.monotonic() - started}
-    write_results(out, "vizdoom", report, render(report, episodes), docs=write_doc)
-    print(render(report, episodes))
+    counts = {scenario: (fewer or {}).get(scenario, episodes) for scenario in scenarios}
+    report = {"scenarios": {}, "episodes": episodes, "counts": counts, "seed": seed, "overrides": list(overrides),
+              "machine": f"{platform.machine()} CPU, {torch.get_num_threads()} torch threads"}
+    for scenario in scenarios:
+        played = play(scenario, counts[scenario], seed, out, list(overrides))
+        report["scenarios"][scenario] = {**played, **compare(played["agents"])}
+    report["wall_seconds"] = round(time.monotonic() - started, 1)
+    body = render(report)
+    path = write_results(out, "vizdoom", report, body, docs=docs)
+    print(body)
+    print(f"written: {path}")
     return report
 
 
-def render(report: dict, episodes: int) -> str:
-    rates, returns = report["rates"], report["returns"]
-    speedup = rates["packed"]["decisions_per_second"] / rates["independent"]["decisions_per_second"]
+def _ci(interval: dict, sign: bool = False) -> str:
+    fmt = "+.2f" if sign else ".2f"
+    return f"{interval['estimate']:{fmt}} [{interval['low']:{fmt}}, {interval['high']:{fmt}}]"
+
+
+def render(report: dict) -> str:
+    seeds = f"{report['seed']}..{report['seed'] + report['episodes'] - 1}"
+    flags = "".join(f" --override {o}" for o in report["overrides"])
+    fewer = {k: n for k, n in report["counts"].items() if n != report["episodes"]}
+    if fewer:
+        flags += " --fewer " + " ".join(f"{k}={n}" for k, n in fewer.items())
     lines = [
-        "## ViZDoom control loop (defend the center)",
+        "## ViZDoom agents: the scorer vs random, every fixed control and scripted",
         "",
-        f"Command: `.venv/bin/python -m jetgym.scripts.bench_episode --docs --episodes {episodes} --episode-timeout "
-        f"{report['episode_timeout']} --frame-skip {report['frame_skip']}` "
-        f"({platform.machine()} CPU, {report['torch_threads']} torch threads, embedded SmolLM2-135M-Instruct fp32, "
-        f"chat template, `perception=describe`, memory 4; whole run {report['wall_seconds']:.0f} s).",
-        "",
-        "| schedule | prefix reuse | decisions | forward calls / decision | decisions/s |",
-        "|---|---|---|---|---|",
+        f"Command: `nice .venv/bin/python -m jetgym.scripts.bench_episode --docs --episodes {report['episodes']} "
+        f"--seed {report['seed']} --scenarios {' '.join(report['scenarios'])}{flags}` ({report['machine']}; whole run "
+        f"{report['wall_seconds']:.0f} s). Each scenario: {report['episodes']} seeded episodes (seeds {seeds}), the "
+        "same seeds for every agent, the scenario's own timeout and frame skip of its config. Return = the "
+        "scenario's reward (defend the center: kills - 1 on death). Mean with a 95% bootstrap interval over "
+        "episodes; the scorer's differences are paired (same seeds, 2,000 resamples of the seeds)."
+        + "".join(f" {k}: {n} episodes (seeds {report['seed']}..{report['seed'] + n - 1}), its episodes are long."
+                  for k, n in fewer.items()),
     ]
-    for name, reuse in (("packed", "on"), ("independent", "off")):
-        r = rates[name]
-        lines.append(f"| {name} | {reuse} | {r['decisions']} | {r['forward_calls_per_decision']:.1f} | {r['decisions_per_second']:.2f} |")
-    lines += [
-        "",
-        f"Prefix reuse speeds the loop up {speedup:.1f}x. Decisions/s times the agent only (question, perception, "
-        "scoring, choice), not the engine.",
-        "",
-        f"Mean return over {episodes} seeded episodes (seeds {report['seed']}..{report['seed'] + episodes - 1}), "
-        f"{report['episode_timeout']} tics each ({report['episode_timeout'] / 35:.1f} s of game time), frame skip "
-        f"{report['frame_skip']}. Return = kills - 1 on death.",
-        "",
-        "| agent | mean return | std | mean kills | mean length (decisions) | ends |",
-        "|---|---|---|---|---|---|",
-    ]
-    for name, label in (("scorer", "scorer (jet, packed)"), ("random", "random"), ("scripted", "scripted")):
-        r = returns[name]
-        ends = ", ".join(f"{k}: {v}" for k, v in r["ends"].items())
-        lines.append(f"| {label} | {r['mean_return']:.2f} | {r['std_return']:.2f} | {r['mean_kills']:.2f} | {r['mean_length']:.1f} | {ends} |")
-    lines += ["", "The machine was shared with other jobs while this ran; rates are indicative."]
-    return "\n".join(lines)
+    for scenario, r in report["scenarios"].items():
+        scorer = r["scorer"] or {}
+        lines += ["", f"### {scenario}", "",
+                  f"Scorer: {scorer.get('name', 'jet')} on {scorer.get('model', '?')}, dtype {scorer.get('dtype_used', '?')}, "
+                  f"template {scorer.get('template', '?')}, normalization {scorer.get('normalization', '?')}; "
+                  f"{r['agents']['scorer']['decisions_per_second'] or 0:.2f} decisions/s (agent time only).", "",
+                  "| agent | mean return [95% CI] | mean length (decisions) |", "|---|---|---|"]
+        for name, agent in r["agents"].items():
+            best = " (best fixed)" if name == r["best_fixed"] else ""
+            lines.append(f"| {name}{best} | {_ci(r['means'][name])} | {agent['mean_length']:.1f} |")
+        lines += ["", "| scorer minus | paired difference [95% CI] | interval excludes 0 |", "|---|---|---|"]
+        for other, interval in r["paired"].items():
+            excludes = "yes, above" if interval["low"] > 0 else "yes, below" if interval["high"] < 0 else "no"
+            lines.append(f"| {other} | {_ci(interval, sign=True)} | {excludes} |")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--episodes", type=int, default=10)
-    parser.add_argument("--episode-timeout", type=int, default=210, help="tics per episode (35 tics = 1 s)")
-    parser.add_argument("--frame-skip", type=int, default=7)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=SCENARIOS)
+    parser.add_argument("--episodes", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=1000)
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="a jetgym-episode override for the scorer agent's runs (repeatable)")
+    parser.add_argument("--fewer", nargs="*", default=[], metavar="SCENARIO=N",
+                        help="fewer episodes for a scenario, e.g. health_gathering=5 (its episodes last up to 525 decisions)")
     parser.add_argument("--output-dir", default="outputs/bench_episode")
     parser.add_argument("--docs", action="store_true", help="also write docs/benchmarks.md (from a checkout)")
     args = parser.parse_args(argv)
-    bench(args.episodes, args.episode_timeout, args.frame_skip, args.seed, args.output_dir, args.docs)
+    if args.episodes < 2:
+        parser.error("--episodes must be at least 2 (intervals need more than one episode)")
+    fewer = {}
+    for item in args.fewer:
+        name, _, n = item.partition("=")
+        if name not in SCENARIOS or not n.isdigit() or int(n) < 2:
+            parser.error(f"--fewer takes SCENARIO=N with SCENARIO one of {', '.join(SCENARIOS)} and N >= 2, got {item!r}")
+        fewer[name] = int(n)
+    bench(args.scenarios, args.episodes, args.seed, args.override, args.output_dir, args.docs, fewer)
 
 
 if __name__ == "__main__":

@@ -221,7 +221,7 @@ class AgentConfig:
     observations), policy (`argmax`|`sample`), temperature (for `sample`), screenshot (attach the image; VLMs only)."""
 
     name: str = "scorer"
-    memory: int = 4
+    memory: int = 0
     describer: str = "auto"
     perception: str = "describe"
     policy: str = "argmax"

@@ -1,0 +1,50 @@
+"""The ViZDoom agents benchmark: every agent on the same seeds, paired intervals (fake scorer; no model)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("vizdoom")
+
+from jetgym.scripts.bench_episode import compare, main  # noqa: E402
+
+
+def test_compare_pairs_the_scorer_with_random_best_fixed_and_scripted():
+    agents = {"scorer": {"returns": [2.0, 3.0, 1.0, 2.0]}, "random": {"returns": [0.0, 1.0, -1.0, 0.0]},
+              "scripted": {"returns": [2.0, 3.0, 1.0, 2.0]},
+              "fixed: attack": {"returns": [1.0, 0.0, 0.0, 1.0]}, "fixed: turn left": {"returns": [-1.0] * 4}}
+    result = compare(agents)
+    assert result["best_fixed"] == "fixed: attack"
+    assert set(result["paired"]) == {"random", "fixed: attack", "scripted"}
+    assert result["paired"]["random"]["estimate"] == pytest.approx(2.0)
+    assert result["paired"]["random"]["low"] == pytest.approx(2.0)  # the same +2 on every seed
+    assert result["paired"]["scripted"] == {**result["paired"]["scripted"], "estimate": 0.0, "low": 0.0, "high": 0.0}
+    assert result["paired"]["fixed: attack"]["estimate"] == pytest.approx(1.5)
+    assert result["means"]["fixed: turn left"]["estimate"] == -1.0
+
+
+def test_bench_runs_every_agent_on_the_same_seeds(tmp_path, fake_scorer):
+    main(["--scenarios", "basic", "--episodes", "2", "--seed", "5", "--override", "scorer.name=fake",
+          "--override", "env.kwargs.episode_timeout=40", "--output-dir", str(tmp_path)])
+    report = json.loads((tmp_path / "vizdoom.json").read_text())
+    basic = report["scenarios"]["basic"]
+    assert len(basic["agents"]) == 12 and basic["best_fixed"].startswith("fixed: ")
+    for name in ("scorer", "random", "fixed: attack"):
+        folder = tmp_path / "basic" / name.replace("fixed: ", "fixed-").replace(" ", "_")
+        seeds = [json.loads(line)["seed"] for line in (folder / "episodes.jsonl").read_text().splitlines()]
+        assert seeds == [5, 6]
+    text = (tmp_path / "vizdoom.md").read_text()
+    assert "| scorer minus | paired difference" in text and "--override scorer.name=fake" in text
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--episodes", "1"], "--episodes must be at least 2"),
+    (["--fewer", "basic=1"], "--fewer takes SCENARIO=N with SCENARIO one of defend_the_center, basic, health_gathering and N >= 2, got 'basic=1'"),
+    (["--fewer", "corridor=3"], "got 'corridor=3'"),
+])
+def test_bench_refuses_bad_arguments(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert message in capsys.readouterr().err
