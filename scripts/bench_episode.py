@@ -103,7 +103,9 @@ def render(report: dict) -> str:
         f"{report['wall_seconds']:.0f} s). Each scenario: {report['episodes']} seeded episodes (seeds {seeds}), the "
         "same seeds for every agent, the scenario's own timeout and frame skip of its config. Return = the "
         "scenario's reward (defend the center: kills - 1 on death). Mean with a 95% bootstrap interval over "
-        "episodes; the scorer's differences are paired (same seeds, 2,000 resamples of the seeds)."
+        "episodes; the scorer's differences are paired (same seeds, 2,000 resamples of the seeds). The "
+        "defend-the-center worked examples (`env.examples`) were chosen on seeds 900-904, never on the reported ones; "
+        "basic and health gathering have no examples (zero-shot)."
         + "".join(f" {k}: {n} episodes (seeds {report['seed']}..{report['seed'] + n - 1}), its episodes are long."
                   for k, n in fewer.items()),
     ]
