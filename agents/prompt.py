@@ -31,9 +31,11 @@ def recent_text(recent: Sequence[str]) -> str:
     return "Your last actions: " + (", ".join(recent) if recent else "none yet") + "."
 
 
-def question_text(task: str, observation: str, recent: Sequence[str], candidates: Sequence[str]) -> str:
-    """The user message of one decision: task, observation text (one or more lines), recent actions, controls."""
-    lines = [task.strip(), observation.strip(), recent_text(recent), "Controls: " + ", ".join(candidates) + ".", QUESTION]
+def question_text(task: str, observation: str, recent: Sequence[str], candidates: Sequence[str], memory: int = 1) -> str:
+    """The user message of one decision: task, observation text (one or more lines), recent actions (when
+    `memory` > 0), controls."""
+    lines = [task.strip(), observation.strip(), recent_text(recent) if memory else "",
+             "Controls: " + ", ".join(candidates) + ".", QUESTION]
     return "\n".join(line for line in lines if line)
 
 

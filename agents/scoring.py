@@ -86,7 +86,7 @@ class ScorerAgent:
         if self.examples:
             text = question_messages(self.task, observed, recent, candidates.texts, self.examples, self.memory)
         else:
-            text = question_text(self.task, observed, recent, candidates.texts)
+            text = question_text(self.task, observed, recent, candidates.texts, self.memory)
         images = _images(observation) if self.screenshot else ()
         return Question(context=text, candidates=candidates.texts, labels=candidates.labels, images=images)
 

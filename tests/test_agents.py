@@ -125,6 +125,7 @@ def test_question_holds_only_what_screen_and_status_show(fake_scorer):
     assert "Your last actions: " + act.text + "." in agent.question(obs, CANDIDATES).context
     status_only = make_agent("scorer", scorer=make_scorer("fake"), task="TASK.", perception="none")
     assert "Seen on screen" not in status_only.question(obs, CANDIDATES).context
+    assert "Your last actions" not in status_only.question(obs, CANDIDATES).context  # memory 0: not quoted
     with_image = make_agent("scorer", scorer=make_scorer("fake"), task="TASK.", screenshot=True)
     assert with_image.question(obs, CANDIDATES).images[0] is obs["screen"]
 
