@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from jetgym.questions.bootstrap import episode_bootstrap, paired_episode_bootstrap
-from jetgym.scripts.benchmarks_doc import write_results
+from jetgym.scripts.benchmarks_doc import parse_counts, write_results
 from jetgym.scripts.config import compose
 from jetgym.scripts.episode import EPISODES, run_episodes
 
@@ -140,12 +140,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.episodes < 2:
         parser.error("--episodes must be at least 2 (intervals need more than one episode)")
-    fewer = {}
-    for item in args.fewer:
-        name, _, n = item.partition("=")
-        if name not in SCENARIOS or not n.isdigit() or int(n) < 2:
-            parser.error(f"--fewer takes SCENARIO=N with SCENARIO one of {', '.join(SCENARIOS)} and N >= 2, got {item!r}")
-        fewer[name] = int(n)
+    fewer = parse_counts(parser, "--fewer", "SCENARIO", args.fewer, SCENARIOS, 2)
     bench(args.scenarios, args.episodes, args.seed, args.override, args.output_dir, args.docs, fewer)
 
 

@@ -182,12 +182,9 @@ def main(argv=None) -> None:
     parser.add_argument("--output-dir", default="outputs/bench_gym")
     parser.add_argument("--docs", action="store_true", help="also write docs/benchmarks.md (source checkout)")
     args = parser.parse_args(argv)
-    counts = {}
-    for item in args.model_episodes:
-        name, _, n = item.partition("=")
-        if name not in ENVS or not n.isdigit() or int(n) < 1:
-            parser.error(f"--model-episodes takes ENV=N with ENV one of {', '.join(ENVS)} and N >= 1, got {item!r}")
-        counts[name] = int(n)
+    from jetgym.scripts.benchmarks_doc import parse_counts
+
+    counts = parse_counts(parser, "--model-episodes", "ENV", args.model_episodes, list(ENVS), 1)
     bench(args.episodes, counts, args.seed, args.num_envs, args.steps, args.rounds, args.output_dir, args.docs)
 
 

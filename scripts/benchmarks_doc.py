@@ -96,3 +96,14 @@ def bootstrap_interval(values: Sequence[float], statistic: Callable = statistics
     stats = sorted(statistic(rng.choices(values, k=len(values))) for _ in range(resamples))
     tail = (1 - level) / 2
     return stats[int(tail * (resamples - 1))], stats[int(round((1 - tail) * (resamples - 1)))]
+
+
+def parse_counts(parser, flag: str, kind: str, items: Sequence[str], names: Sequence[str], minimum: int) -> dict[str, int]:
+    """`NAME=N` arguments (e.g. `--fewer health_gathering=5`) as {name: n}; a parser error names the flag and the fix."""
+    counts = {}
+    for item in items:
+        name, _, n = item.partition("=")
+        if name not in names or not n.isdigit() or int(n) < minimum:
+            parser.error(f"{flag} takes {kind}=N with {kind} one of {', '.join(names)} and N >= {minimum}, got {item!r}")
+        counts[name] = int(n)
+    return counts
