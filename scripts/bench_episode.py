@@ -114,7 +114,8 @@ def render(report: dict) -> str:
         lines += ["", f"### {scenario}", "",
                   f"Scorer: {scorer.get('name', 'jet')} on {scorer.get('model', '?')}, dtype {scorer.get('dtype_used', '?')}, "
                   f"template {scorer.get('template', '?')}, normalization {scorer.get('normalization', '?')}; "
-                  f"{r['agents']['scorer']['decisions_per_second'] or 0:.2f} decisions/s (agent time only).", "",
+                  f"{r['agents']['scorer']['decisions_per_second'] or 0:.2f} decisions/s (agent time only; one pass, a by-product "
+                  "of the episodes, not a timing benchmark).", "",
                   "| agent | mean return [95% CI] | mean length (decisions) |", "|---|---|---|"]
         for name, agent in r["agents"].items():
             best = " (best fixed)" if name == r["best_fixed"] else ""
