@@ -17,11 +17,12 @@ def test_compare_pairs_the_scorer_with_random_best_fixed_and_scripted():
               "fixed: attack": {"returns": [1.0, 0.0, 0.0, 1.0]}, "fixed: turn left": {"returns": [-1.0] * 4}}
     result = compare(agents)
     assert result["best_fixed"] == "fixed: attack"
-    assert set(result["paired"]) == {"random", "fixed: attack", "scripted"}
-    assert result["paired"]["random"]["estimate"] == pytest.approx(2.0)
-    assert result["paired"]["random"]["low"] == pytest.approx(2.0)  # the same +2 on every seed
-    assert result["paired"]["scripted"] == {**result["paired"]["scripted"], "estimate": 0.0, "low": 0.0, "high": 0.0}
-    assert result["paired"]["fixed: attack"]["estimate"] == pytest.approx(1.5)
+    paired = result["paired"]["scorer"]
+    assert set(result["paired"]) == {"scorer"} and set(paired) == {"random", "fixed: attack", "scripted"}
+    assert paired["random"]["estimate"] == pytest.approx(2.0)
+    assert paired["random"]["low"] == pytest.approx(2.0)  # the same +2 on every seed
+    assert paired["scripted"] == {**paired["scripted"], "estimate": 0.0, "low": 0.0, "high": 0.0}
+    assert paired["fixed: attack"]["estimate"] == pytest.approx(1.5)
     assert result["means"]["fixed: turn left"]["estimate"] == -1.0
 
 
@@ -36,13 +37,28 @@ def test_bench_runs_every_agent_on_the_same_seeds(tmp_path, fake_scorer):
         seeds = [json.loads(line)["seed"] for line in (folder / "episodes.jsonl").read_text().splitlines()]
         assert seeds == [5, 6]
     text = (tmp_path / "vizdoom.md").read_text()
-    assert "| scorer minus | paired difference" in text and "--override scorer.name=fake" in text
+    assert "| scorer minus random |" in text and "--override scorer.name=fake" in text
+
+
+def test_bench_plays_the_scorer_once_per_normalization(tmp_path, fake_scorer):
+    main(["--scenarios", "basic", "--episodes", "2", "--normalizations", "none", "token", "--override",
+          "scorer.name=fake", "--override", "env.kwargs.episode_timeout=40", "--output-dir", str(tmp_path)])
+    report = json.loads((tmp_path / "vizdoom_normalization.json").read_text())
+    basic = report["scenarios"]["basic"]
+    assert set(basic["paired"]) == {"scorer (none)", "scorer (token)"}
+    assert [basic["scorers"][name]["normalization"] for name in basic["paired"]] == ["none", "token"]
+    for folder in ("scorer-none", "scorer-token"):
+        rows = (tmp_path / "basic" / folder / "episodes.jsonl").read_text().splitlines()
+        assert [json.loads(line)["seed"] for line in rows] == [1000, 1001]
+    text = (tmp_path / "vizdoom_normalization.md").read_text()
+    assert "| scorer (token) minus random |" in text and "--normalizations none token" in text
 
 
 @pytest.mark.parametrize("argv,message", [
     (["--episodes", "1"], "--episodes must be at least 2"),
     (["--fewer", "basic=1"], "--fewer takes SCENARIO=N with SCENARIO one of defend_the_center, basic, health_gathering and N >= 2, got 'basic=1'"),
     (["--fewer", "corridor=3"], "got 'corridor=3'"),
+    (["--normalizations", "bytes"], "invalid choice: 'bytes'"),
 ])
 def test_bench_refuses_bad_arguments(argv, message, capsys):
     with pytest.raises(SystemExit):
