@@ -14,7 +14,8 @@ Whole set: `decide_many` with cross-question packing vs lm-eval over all request
 `whole_set_rounds` times, interleaved the same way: median, interquartile range, first pass.
 Distance to the hardware limit: achieved model FLOP/s of every method (model FLOPs of the tokens it feeds,
 `jetgym.scripts.flops`) next to the peak of a large matmul in the model's dtype, measured in the same run.
-Writes docs/benchmarks.md (section jet-execution) and docs/bench/jet_execution.json.
+`dtype` (float32 | bfloat16 | auto) loads jet's model and lm-eval's in the same dtype. Writes
+docs/benchmarks.md (section jet-execution, or jet-execution-<dtype> for another dtype) and docs/bench/.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from tqdm import tqdm
 
+from jetgym.scorers.placement import Placement
 from jetgym.scripts.benchmarks_doc import rotated, run_config, spread, write_results
 from jetgym.scripts.config import CONFIG_PATH
 
@@ -47,6 +49,7 @@ class BenchConfig:
     per_question_lm_eval_batch_sizes: list[int] = field(default_factory=lambda: [1, 4])
     whole_set_lm_eval_batch_sizes: list[int] = field(default_factory=lambda: [1, 4, 16])
     max_batch_tokens: int = 1024
+    dtype: str = "float32"  # the CPU dtype of jet and lm-eval alike (float32 | bfloat16 | auto)
     docs: bool = False  # also write docs/benchmarks.md and docs/bench/ (source checkout only)
     output_dir: Optional[str] = None  # the run folder (null: Hydra's run dir)
 
@@ -56,6 +59,7 @@ class BenchConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.warmup_questions < 0:
             raise ValueError(f"warmup_questions must be >= 0, got {self.warmup_questions}")
+        Placement(device="cpu", dtype=self.dtype)  # names the field and its choices when the dtype is unknown
 
 
 ConfigStore.instance().store(name="bench_schema", node=BenchConfig)
@@ -99,7 +103,7 @@ def run_bench(cfg: BenchConfig) -> dict:
     from jetgym.scripts.flops import ModelFlops, dtype_name, matmul_peak, model_dtype
 
     questions = load_mmlu(subset=cfg.subset, limit=cfg.limit)
-    loaded = load_model(cfg.model)
+    loaded = load_model(cfg.model, {"device": "cpu", "dtype": cfg.dtype})
     model = loaded.model
     dtype = model_dtype(model)
     jets = {s: make_scorer("jet", model=loaded, template="none", schedule=s, max_batch_tokens=cfg.max_batch_tokens,
@@ -196,7 +200,9 @@ def run_bench(cfg: BenchConfig) -> dict:
         "matmul_peak_flops_per_second": matmul_peak(dtype),
         "per_question": per_question, "per_question_seconds": times, "whole_set": whole, "agreement": agreement,
     }
-    write_results(cfg.output_dir, "jet_execution", results, render(results), docs=cfg.docs)
+    # fp32 keeps the section it always had; every other dtype writes its own beside it
+    name = "jet_execution" if results["dtype"] == "float32" else f"jet_execution_{results['dtype']}"
+    write_results(cfg.output_dir, name, results, render(results), docs=cfg.docs)
     return results
 
 
@@ -207,7 +213,7 @@ def render(r: dict) -> str:
     lm_best_name = min((k for k in w if k.startswith("lm_eval")), key=lambda k: w[k]["median"])
     peak = r["matmul_peak_flops_per_second"]
     lines = [
-        "## JET execution on MMLU (embedded model, template none)",
+        f"## JET execution on MMLU (embedded model, template none, {r['dtype']})",
         "",
         f"Command: `{r['command']}` — {r['questions']} questions, {r['requests']} requests, "
         f"{r['cores']} cores ({r['torch_threads']} torch threads), {r['dtype']} CPU. Mean prefix {r['mean_prefix_tokens']:.1f} tokens, "

@@ -58,6 +58,8 @@ def test_bench_configs_reject_bad_protocol_settings():
         BenchFastJevConfig(candidates=[8], lengths=[8], shared=[0.0], levels=[1])
     with pytest.raises(ValueError, match="whole_set_rounds must be >= 1, got 0"):
         BenchConfig(whole_set_rounds=0)
+    with pytest.raises(ValueError, match="placement.dtype"):
+        BenchConfig(dtype="fp16")
 
 
 # ---------------------------------------------------------------- the split
