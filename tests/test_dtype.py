@@ -55,3 +55,60 @@ def test_bf16_keeps_fp32_choices_where_the_margin_is_large():
         for a, b in zip(reference.logprobs, fast.logprobs):
             assert abs(a - b) <= 0.05 * abs(a) + 0.25, (a, b)
     assert bf16.describe()["dtype_used"] == "bfloat16"
+
+
+def test_bench_dtype_methods_parse_their_trials():
+    from jetgym.scripts.bench_dtype import BenchDtypeConfig, MethodSpec
+
+    assert MethodSpec.parse("bfloat16+compile+threads:1+batch:4096+reuse") == MethodSpec("bfloat16", True, 1, 4096, True)
+    assert MethodSpec.parse("int8") == MethodSpec("int8")
+    BenchDtypeConfig(methods=["float32", "bfloat16+batch:2048"])
+
+
+@pytest.mark.parametrize("methods,message", [
+    (["float32", "fp16"], "methods: 'fp16' must start with one of float32, bfloat16, int8"),
+    (["float32", "bfloat16+threads:0"], "unknown trial 'threads:0' in 'bfloat16+threads:0'; use compile, reuse, threads:N or batch:N"),
+    (["float32", "bfloat16+fast"], "unknown trial 'fast'"),
+    (["bfloat16"], "methods must include float32 (the reference)"),
+    (["float32", "float32"], "methods lists a method twice"),
+])
+def test_bench_dtype_refuses_bad_methods(methods, message):
+    from jetgym.scripts.bench_dtype import BenchDtypeConfig
+
+    with pytest.raises(ValueError) as error:
+        BenchDtypeConfig(methods=methods)
+    assert message in str(error.value)
+
+
+def test_bench_dtype_question_sets_name_their_missing_inputs(tmp_path):
+    from jetgym.scripts.bench_dtype import BenchDtypeConfig, recorded_questions
+
+    with pytest.raises(ValueError, match="questions must be one of mmlu, libero, doom, got 'atari'"):
+        BenchDtypeConfig(questions="atari")
+    with pytest.raises(ValueError, match="questions=doom needs steps=PATH"):
+        BenchDtypeConfig(questions="doom")
+    assert BenchDtypeConfig(questions="libero").template == "chat" and BenchDtypeConfig().template == "none"
+    with pytest.raises(FileNotFoundError, match="steps='nowhere.jsonl': no such file"):
+        recorded_questions("nowhere.jsonl")
+    unrecorded = tmp_path / "steps.jsonl"
+    unrecorded.write_text('{"episode": 0, "step": 0, "question": null}\n')
+    with pytest.raises(ValueError, match="records no question"):
+        recorded_questions(str(unrecorded))
+
+
+def test_bench_dtype_reads_the_questions_a_run_recorded(tmp_path):
+    pytest.importorskip("vizdoom")
+    import json
+
+    from jetgym.envs.vizdoom import CONTROLS
+    from jetgym.scripts.bench_dtype import recorded_questions
+
+    chat = [{"role": "system", "content": "Shoot."}, {"role": "user", "content": "Seen on screen: nothing."}]
+    rows = [{"episode": 0, "step": 0, "question": chat}, {"episode": 0, "step": 1, "question": "one message"},
+            {"episode": 1, "step": 0, "question": "again"}]
+    steps = tmp_path / "steps.jsonl"
+    steps.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    questions = recorded_questions(str(steps), limit=2)
+    assert [q.id for q in questions] == ["e0/s0", "e0/s1"]
+    assert questions[0].context == tuple(chat) and questions[1].context == "one message"
+    assert questions[0].candidates == tuple(c.text for c in CONTROLS)

@@ -54,13 +54,13 @@ def test_segmented_trie_and_flat_equal_independent(any_model):
 
 @pytest.mark.parametrize("name", sorted(ATTENTION))
 def test_packed_trie_equals_independent(name):
-    from jetgym.scorers.fastjev.packed import score_packed_many
+    from jetgym.scorers.fastjev.packed import score_tries_many
 
     model = ATTENTION[name]()
     qs = questions(3, 8)
     items = [(q.prefix, CandidateTrie.build(len(q.prefix), q.continuations)) for q in qs]
     for max_batch_tokens in (6, 60, 4096):  # oversized questions split by root subtrees; several share a call
-        for scored, q in zip(score_packed_many(model, items, max_batch_tokens), qs):
+        for scored, q in zip(score_tries_many(model, items, max_batch_tokens), qs):
             assert max_delta(scored.logprobs, execution.score_independent(model, q).logprobs) < TOLERANCE
 
 
@@ -68,20 +68,20 @@ def test_packed_trie_equals_independent(name):
 def test_packed_trie_shares_a_common_prefix(name):
     """Neighbours with a common prefix run it once (common prefix -> own tail -> trie), in one call, over
     several calls, with the prefix pass first (pruning), or alone when too large: scores as without sharing."""
-    from jetgym.scorers.fastjev.packed import score_packed_many
+    from jetgym.scorers.fastjev.packed import score_tries_many
 
     model = ATTENTION[name]()
     rng = random.Random(17)
     qs = frame_questions(rng, 20, [4, 0, 7, 2]) + [random_question(rng)] + frame_questions(rng, 12, [3, 6], 50)
     items = [(q.prefix, CandidateTrie.build(len(q.prefix), q.continuations)) for q in qs]
     for max_batch_tokens in (6, 60, 4096):
-        shared = score_packed_many(model, items, max_batch_tokens, min_shared=8)
+        shared = score_tries_many(model, items, max_batch_tokens, min_shared=8)
         for scored, q in zip(shared, qs):
             assert max_delta(scored.logprobs, execution.score_independent(model, q).logprobs) < TOLERANCE
     assert sum(s.work.prefix_tokens for s in shared) == sum(len(q.prefix) for q in qs) - 3 * 20 - 12
     assert [s.work.forward_calls for s in shared] == [1] * len(qs)
-    pruned = score_packed_many(model, items, 4096, skip=(1,), min_shared=8)
-    for a, b in zip(pruned, score_packed_many(model, items, 4096, skip=(1,))):
+    pruned = score_tries_many(model, items, 4096, skip=(1,), min_shared=8)
+    for a, b in zip(pruned, score_tries_many(model, items, 4096, skip=(1,))):
         assert max_delta(a.logprobs, b.logprobs) < TOLERANCE
 
 
@@ -154,7 +154,7 @@ def test_tree_attention_refuses_missing_layout_and_softcap():
 @pytest.mark.parametrize("name", sorted(ATTENTION))
 def test_packed_and_segmented_prune_alike(name):
     """P acts the same in every schedule: the prefix runs all layers, candidate paths skip the mask."""
-    from jetgym.scorers.fastjev.packed import score_packed_many
+    from jetgym.scorers.fastjev.packed import score_tries_many
     from jetgym.scorers.fastjev.segmented import score_segmented
 
     model = ATTENTION[name]()
@@ -162,7 +162,7 @@ def test_packed_and_segmented_prune_alike(name):
         trie = CandidateTrie.build(len(q.prefix), q.continuations)
         segmented = score_segmented(model, q.prefix, trie, 64, skip=(1,)).logprobs
         for cap in (8, 4096):
-            packed = score_packed_many(model, [(q.prefix, trie)], cap, skip=(1,))[0]
+            packed = score_tries_many(model, [(q.prefix, trie)], cap, skip=(1,))[0]
             assert max_delta(packed.logprobs, segmented) < TOLERANCE
             assert packed.work.cache_bytes > 0  # the prefix anchor is kept between calls
         unpruned = score_segmented(model, q.prefix, trie, 64).logprobs

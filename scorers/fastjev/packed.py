@@ -124,9 +124,10 @@ def _path_sums(items, node_lp: dict) -> list[list[float]]:
 
 
 @torch.inference_mode()
-def score_packed_many(model, items: list[tuple[tuple[int, ...], CandidateTrie]], max_batch_tokens: int,
-                      skip=(), min_shared: int = 0) -> list[Scored]:
-    """Pack questions into calls of at most max_batch_tokens tokens (an oversized question alone); rows of
+def score_tries_many(model, items: list[tuple[tuple[int, ...], CandidateTrie]], max_batch_tokens: int,
+                     skip=(), min_shared: int = 0) -> list[Scored]:
+    """FastJEV's packed schedule over (prefix, candidate trie) items (jet's is `execution.score_packed_many`,
+    over flat candidate lists). Pack questions into calls of at most max_batch_tokens tokens (an oversized question alone); rows of
     neighbouring questions with at least `min_shared` common prefix tokens run that part once (0: never)."""
     results: list[Scored | None] = [None] * len(items)
     rows, alone = shared_rows([p for p, _ in items], [len(t.fed()) for _, t in items], max_batch_tokens, min_shared)

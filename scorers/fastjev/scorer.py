@@ -103,7 +103,7 @@ class FastJevScorer(ScorerBase):
 
     def score_encoded(self, encoded_all, skip=None):
         """`Scored` per encoded question (logits in candidate order), under the planned schedules."""
-        from .packed import score_packed_many
+        from .packed import score_tries_many
         from .segmented import score_segmented
 
         skip = self.skip if skip is None else tuple(skip)
@@ -114,7 +114,7 @@ class FastJevScorer(ScorerBase):
         packed = [i for i, (name, _) in enumerate(plans) if name == "packed"]
         if packed:
             items = [(encoded_all[i].prefix, plans[i][1]) for i in packed]
-            scored_all = score_packed_many(model, items, self.options.max_batch_tokens, skip, self.options.min_shared_prefix)
+            scored_all = score_tries_many(model, items, self.options.max_batch_tokens, skip, self.options.min_shared_prefix)
             for i, scored in zip(packed, scored_all):
                 results[i] = scored
         for i, (name, trie) in enumerate(plans):
