@@ -17,7 +17,8 @@ from jetgym.scripts.config import compose, to_config
 README = Path(__file__).resolve().parents[1] / "README.md"
 JOBS = {"jetgym-qa": ("qa", "jetgym.scripts.qa"), "jetgym-episode": ("episode", "jetgym.scripts.episode"),
         "jetgym-bench": ("bench", "jetgym.scripts.bench"), "jetgym-calibrate": ("calibrate", "jetgym.scripts.calibrate"),
-        "jetgym-bench-fastjev": ("bench_fastjev", "jetgym.scripts.bench_fastjev")}
+        "jetgym-bench-fastjev": ("bench_fastjev", "jetgym.scripts.bench_fastjev"),
+        "jetgym-bench-dtype": ("bench_dtype", "jetgym.scripts.bench_dtype")}
 
 
 def blocks(language: str) -> list[str]:
