@@ -6,7 +6,8 @@ plus any `--override`), `random`, `scripted` and the `fixed` agent for each of t
 mean return with a 95% bootstrap interval over episodes, and the scorer's *paired* difference (same seeds)
 to random, to the best fixed control (the one with the highest mean on these seeds) and to scripted.
 With `--normalizations`, the scorer plays once per `scorer.normalization` (agents `scorer (none)`, ...), each
-paired with the same baselines, and the report goes to the section `vizdoom-normalization` instead.
+paired with the same baselines. A run of some scenarios writes its own section (`vizdoom-basic`,
+`vizdoom-defend-the-center-normalization`, ...), never the whole `vizdoom` one.
 Seeds used to tune prompts must not be the reported ones: the default seed (1000) is above the tuning seeds
 noted in docs/benchmarks.md. The scorer's decisions/s (agent time only, not the engine) is reported too.
 
@@ -104,11 +105,18 @@ def bench(scenarios=SCENARIOS, episodes: int = 20, seed: int = 1000, overrides=(
         report["scenarios"][scenario] = {**played, **compare(played["agents"])}
     report["wall_seconds"] = round(time.monotonic() - started, 1)
     body = render(report)
-    name = "vizdoom_normalization" if normalizations else "vizdoom"
+    name = results_name(scenarios, normalizations)
     path = write_results(out, name, report, body, docs=docs)
     print(body)
     print(f"written: {path}")
     return report
+
+
+def results_name(scenarios, normalizations=()) -> str:
+    """`vizdoom` (every scenario), `vizdoom_<scenario>...` for some of them, `_normalization` appended with
+    --normalizations: a partial run writes its own section and never replaces the whole one."""
+    name = "vizdoom" if set(scenarios) == set(SCENARIOS) else "_".join(["vizdoom", *scenarios])
+    return name + "_normalization" if normalizations else name
 
 
 def _ci(interval: dict, sign: bool = False) -> str:

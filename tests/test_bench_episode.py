@@ -8,7 +8,14 @@ import pytest
 
 pytest.importorskip("vizdoom")
 
-from jetgym.scripts.bench_episode import compare, main  # noqa: E402
+from jetgym.scripts.bench_episode import SCENARIOS, compare, main, results_name  # noqa: E402
+
+
+def test_a_partial_run_never_takes_the_whole_section():
+    assert results_name(SCENARIOS) == "vizdoom"
+    assert results_name(["basic"]) == "vizdoom_basic"
+    assert results_name(["defend_the_center"], ["none", "token"]) == "vizdoom_defend_the_center_normalization"
+    assert results_name(list(reversed(SCENARIOS)), ["none"]) == "vizdoom_normalization"
 
 
 def test_compare_pairs_the_scorer_with_random_best_fixed_and_scripted():
@@ -29,28 +36,28 @@ def test_compare_pairs_the_scorer_with_random_best_fixed_and_scripted():
 def test_bench_runs_every_agent_on_the_same_seeds(tmp_path, fake_scorer):
     main(["--scenarios", "basic", "--episodes", "2", "--seed", "5", "--override", "scorer.name=fake",
           "--override", "env.kwargs.episode_timeout=40", "--output-dir", str(tmp_path)])
-    report = json.loads((tmp_path / "vizdoom.json").read_text())
+    report = json.loads((tmp_path / "vizdoom_basic.json").read_text())
     basic = report["scenarios"]["basic"]
     assert len(basic["agents"]) == 12 and basic["best_fixed"].startswith("fixed: ")
     for name in ("scorer", "random", "fixed: attack"):
         folder = tmp_path / "basic" / name.replace("fixed: ", "fixed-").replace(" ", "_")
         seeds = [json.loads(line)["seed"] for line in (folder / "episodes.jsonl").read_text().splitlines()]
         assert seeds == [5, 6]
-    text = (tmp_path / "vizdoom.md").read_text()
+    text = (tmp_path / "vizdoom_basic.md").read_text()
     assert "| scorer minus random |" in text and "--override scorer.name=fake" in text
 
 
 def test_bench_plays_the_scorer_once_per_normalization(tmp_path, fake_scorer):
     main(["--scenarios", "basic", "--episodes", "2", "--normalizations", "none", "token", "--override",
           "scorer.name=fake", "--override", "env.kwargs.episode_timeout=40", "--output-dir", str(tmp_path)])
-    report = json.loads((tmp_path / "vizdoom_normalization.json").read_text())
+    report = json.loads((tmp_path / "vizdoom_basic_normalization.json").read_text())
     basic = report["scenarios"]["basic"]
     assert set(basic["paired"]) == {"scorer (none)", "scorer (token)"}
     assert [basic["scorers"][name]["normalization"] for name in basic["paired"]] == ["none", "token"]
     for folder in ("scorer-none", "scorer-token"):
         rows = (tmp_path / "basic" / folder / "episodes.jsonl").read_text().splitlines()
         assert [json.loads(line)["seed"] for line in rows] == [1000, 1001]
-    text = (tmp_path / "vizdoom_normalization.md").read_text()
+    text = (tmp_path / "vizdoom_basic_normalization.md").read_text()
     assert "| scorer (token) minus random |" in text and "--normalizations none token" in text
 
 
