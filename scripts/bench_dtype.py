@@ -100,12 +100,13 @@ class MethodSpec:
             elif key in ("threads", "batch") and value.isdigit() and int(value) > 0:
                 fields[key] = int(value)
             else:
-                raise ValueError(f"methods: unknown trial {trial!r} in {name!r}; use compile, reuse, threads:N or batch:N "
-                                 "(N a positive integer)")
+                raise ValueError(f"methods: unknown trial {trial!r} in {name!r}; use compile, reuse, threads:N or "
+                                 "batch:N (N a positive integer)")
         return cls(dtype, **fields)
 
 
 def build_methods(cfg: BenchDtypeConfig) -> dict:
+    """{method name: (run, scorer)}: `run(chunk)` is the scorer's `decide_many` under the method's trials."""
     import torch
 
     from jetgym.scorers import make_scorer
@@ -121,8 +122,8 @@ def build_methods(cfg: BenchDtypeConfig) -> dict:
             loaded = load_model(cfg.model, {"device": "cpu", "dtype": spec.dtype})
         if spec.compile:
             loaded.model.forward = torch.compile(loaded.model.forward, dynamic=True)
-        scorer = make_scorer("jet", model=loaded, template=cfg.template, max_batch_tokens=spec.batch or cfg.max_batch_tokens,
-                             reuse_prefix=spec.reuse)
+        scorer = make_scorer("jet", model=loaded, template=cfg.template, reuse_prefix=spec.reuse,
+                             max_batch_tokens=spec.batch or cfg.max_batch_tokens)
         methods[name] = with_threads(scorer.decide_many, spec.threads), scorer
     return methods
 
@@ -163,7 +164,8 @@ def recorded_questions(steps: str, limit: int | None = None) -> list:
         if row.get("question") is None:
             continue
         context = row["question"]  # one message, or the chat messages as a list
-        questions.append(Question(context=context if isinstance(context, str) else tuple(context), candidates=texts, id=f"e{row['episode']}/s{row['step']}"))
+        questions.append(Question(context=context if isinstance(context, str) else tuple(context), candidates=texts,
+                                  id=f"e{row['episode']}/s{row['step']}"))
         if limit is not None and len(questions) == limit:
             break
     if not questions:
@@ -192,10 +194,10 @@ def run_bench(cfg: BenchDtypeConfig) -> dict:
     chunks = [questions[i : i + cfg.chunk_size] for i in range(0, len(questions), cfg.chunk_size)]
     methods = build_methods(cfg)
     names = list(methods)
-    for name in names:  # warm-up, untimed (a compiled method compiles here); nothing kept from it
-        methods[name][0](chunks[0][:2])
-        if methods[name][1].kept_prefix is not None:
-            methods[name][1].kept_prefix.clear()
+    for run, scorer in methods.values():  # warm-up, untimed (a compiled method compiles here); nothing kept from it
+        run(chunks[0][:2])
+        if scorer.kept_prefix is not None:
+            scorer.kept_prefix.clear()
     seconds = {n: [] for n in names}
     decisions = {n: [] for n in names}
     tokens = {n: [0, 0] for n in names}  # prefix, candidate tokens fed
@@ -240,10 +242,10 @@ def render(r: dict) -> str:
     lines = [
         f"## CPU dtypes: speed and agreement with fp32 ({title}, {r['questions']} questions, `jet`)", "",
         f"Command: `{r['command']}` — {r['machine']} CPU with native bf16 = {r['native_bf16']}, {r['cores']} cores, "
-        f"{r['torch_threads']} torch threads, embedded SmolLM2-135M-Instruct, template {r['template']}, max_batch_tokens "
-        f"{r['max_batch_tokens']} unless a method says `batch:N`. {r['questions']} "
-        f"questions in {r['chunks']} chunks of {r['chunk_size']}; every chunk runs under every method in rotating order (one process, equal "
-        "rounds, one untimed warm-up). Seconds per question: median over chunks [interquartile range].", "",
+        f"{r['torch_threads']} torch threads, embedded SmolLM2-135M-Instruct, template {r['template']}, "
+        f"max_batch_tokens {r['max_batch_tokens']} unless a method says `batch:N`. {r['questions']} questions in "
+        f"{r['chunks']} chunks of {r['chunk_size']}; every chunk runs under every method in rotating order (one process, "
+        "equal rounds, one untimed warm-up). Seconds per question: median over chunks [interquartile range].", "",
         "| method | whole set s | s / question | first chunk s | same choice as fp32 | max abs dprob | max abs dlogprob | accuracy | model GFLOP/s | matmul peak GFLOP/s |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]

@@ -13,7 +13,8 @@ noted in docs/benchmarks.md. The scorer's decisions/s (agent time only, not the 
 
     nice .venv/bin/python -m jetgym.scripts.bench_episode --docs --fewer health_gathering=5
     nice .venv/bin/python -m jetgym.scripts.bench_episode --scenarios basic --episodes 5 --override agent.memory=0
-    nice .venv/bin/python -m jetgym.scripts.bench_episode --docs --scenarios defend_the_center --normalizations none token
+    nice .venv/bin/python -m jetgym.scripts.bench_episode --docs --scenarios defend_the_center \
+        --normalizations none token
 """
 
 from __future__ import annotations
