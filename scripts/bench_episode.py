@@ -28,12 +28,12 @@ from pathlib import Path
 import torch
 
 from jetgym.questions.bootstrap import episode_bootstrap, paired_episode_bootstrap
+from jetgym.scorers.priors import NORMALIZATIONS
 from jetgym.scripts.benchmarks_doc import parse_counts, write_results
 from jetgym.scripts.config import compose
 from jetgym.scripts.episode import EPISODES, run_episodes
 
 SCENARIOS = ("defend_the_center", "basic", "health_gathering")
-NORMALIZATIONS = ("none", "token", "byte", "contextual", "pmi")
 
 
 def scorer_agents(overrides: list[str], normalizations=()) -> dict[str, list[str]]:

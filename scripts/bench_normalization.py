@@ -20,9 +20,9 @@ import random
 import time
 
 from jetgym.questions import metrics as M
+from jetgym.scorers.priors import NORMALIZATIONS
 
 PREMISES = {"contextual": "Question: N/A\nAnswer:", "pmi": "Answer:"}
-NORMALIZATIONS = ("none", "token", "byte", "contextual", "pmi")
 RESAMPLES = 2000
 
 
