@@ -197,6 +197,24 @@ def auto_ratio(times: dict[str, list[float]], auto: str) -> dict:
     return spread(paired)
 
 
+def held_out_resolution(workloads: list[dict]) -> dict:
+    """What the held-out ratios can resolve. `picked_faster`: workloads where fitted `auto` ran the plan with the
+    lower median of (packed trie, S+P), or a plan faster than both. `repeat`: where the two `auto`s chose the same
+    plan they ran identical work, so their paired ratio (fitted / defaults, per round) is the timing noise between
+    two runs of one plan: its lowest and highest per-workload median over rounds and first pass."""
+    held_out = [w for w in workloads if w["split"] == "held-out"]
+    picked = 0
+    for w in held_out:
+        s, plan = w["seconds"], w["auto_plan"][AUTO_FITTED]
+        faster = "packed" if s[PLAN_METHODS["packed"]] <= s[PLAN_METHODS["flat"]] else "flat"
+        picked += plan == faster or s[PLAN_METHODS[plan]] < best_seconds(s)
+    same = [w for w in held_out if w["auto_plan"][AUTO_FITTED] == w["auto_plan"][AUTO_DEFAULT]]
+    repeat = [spread([a / b for a, b in zip(w["times"][AUTO_FITTED], w["times"][AUTO_DEFAULT])]) for w in same]
+    return {"workloads": len(held_out), "picked_faster": picked, "same_plan": len(same),
+            "repeat": {key: [min(r[key] for r in repeat), max(r[key] for r in repeat)] if repeat else None
+                       for key in ("median", "first")}}
+
+
 def ratio_summary(values: list[float], seed: int = 0) -> dict:
     """Mean (with a 95% bootstrap interval over workloads), median and worst of per-workload ratios."""
     low, high = bootstrap_interval(values, statistics.mean, seed=seed)
@@ -328,6 +346,7 @@ def run_bench(cfg: BenchFastJevConfig) -> dict:
     results["workloads"] = workloads
     results["held_out_auto"] = {a: {key: ratio_summary([workloads[i]["auto_ratio"][a][key] for i in held_out])
                                     for key in ("median", "first")} for a in (AUTO_FITTED, AUTO_DEFAULT)}
+    results["held_out_resolution"] = held_out_resolution(workloads)
     results["model_flops_per_second"] = {
         m: sum(w["model_flops"][m] for w in workloads if m in w["seconds"]) / sum(w["seconds"][m] for w in workloads if m in w["seconds"])
         for m in (AUTO_FITTED, AUTO_DEFAULT, *plan_names)}
@@ -444,6 +463,15 @@ def summary(r: dict) -> str:
         lines.append(f"- `auto` with {label}, its time / the faster of (packed trie, S+P), over the "
                      f"{s['median']['workloads']} held-out workloads: median over rounds {_summary_text(s['median'])}; "
                      f"first pass {_summary_text(s['first'])}.")
+    h = r["held_out_resolution"]
+    lines.append(f"- Plan choice: the fitted `auto` ran the faster of (packed trie, S+P), or a plan faster than both, on "
+                 f"{h['picked_faster']} of {h['workloads']} held-out workloads.")
+    if h["repeat"]["median"]:
+        (low, high), (first_low, first_high) = h["repeat"]["median"], h["repeat"]["first"]
+        lines.append(f"- Resolution: on the {h['same_plan']} held-out workloads where both `auto`s chose the same plan, "
+                     f"they ran identical work; fitted / defaults per workload was {low:.3f}–{high:.3f} as the median "
+                     f"over rounds and {first_low:.3f}–{first_high:.3f} in the first pass. That is the timing noise "
+                     "between two runs of one plan in this run, the finest difference the ratios above can show.")
     return "\n".join(lines)
 
 

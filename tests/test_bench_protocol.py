@@ -9,6 +9,7 @@ import pytest
 
 from jetgym.scripts.bench import BenchConfig, per_question_summary
 from jetgym.scripts.bench_fastjev import (BenchFastJevConfig, auto_ratio, chosen_plan, fit_plan_costs, grid_questions,
+                                          held_out_resolution,
                                           plan_cost, plan_features, split_grid)
 from jetgym.scripts.benchmarks_doc import bootstrap_interval, rotated, spread
 
@@ -49,6 +50,24 @@ def test_auto_ratio_uses_the_faster_of_packed_and_flat_per_round():
     times = {"A": [1.0, 2.0, 3.0], "T+S+P packed": [1.0, 4.0, 2.0], "S+P": [2.0, 1.0, 3.0]}
     r = auto_ratio(times, "A")  # paired per-round ratios: 1 / min(1, 2), 2 / min(4, 1), 3 / min(2, 3)
     assert r == {"first": 1.0, "median": 1.5, "q1": 1.25, "q3": 1.75}
+
+
+def test_held_out_resolution_counts_faster_picks_and_the_repeat_noise_of_one_plan():
+    def workload(split, plans, packed, flat, segmented, fitted_times, default_times):
+        seconds = {"T+S+P packed": packed, "S+P": flat, "T+S+P segmented": segmented}
+        return {"split": split, "seconds": seconds, "auto_plan": {"T+S+P auto (fitted)": plans[0], "T+S+P auto (defaults)": plans[1]},
+                "times": {"T+S+P auto (fitted)": fitted_times, "T+S+P auto (defaults)": default_times}}
+
+    workloads = [
+        workload("held-out", ("packed", "packed"), 1.0, 2.0, 3.0, [1.0, 1.1, 1.2], [1.0, 1.0, 1.0]),  # right; noise 1.1 / 1.0
+        workload("held-out", ("flat", "packed"), 1.0, 2.0, 3.0, [2.0, 2.0, 2.0], [1.0, 1.0, 1.0]),  # slower plan; not paired
+        workload("held-out", ("segmented", "segmented"), 2.0, 2.0, 1.0, [0.8, 1.0, 0.9], [1.0, 1.0, 1.0]),  # faster than both
+        workload("fitting", ("flat", "flat"), 1.0, 2.0, 3.0, [9.0, 9.0, 9.0], [1.0, 1.0, 1.0]),  # not judged
+    ]
+    h = held_out_resolution(workloads)
+    assert (h["workloads"], h["picked_faster"], h["same_plan"]) == (3, 2, 2)
+    assert h["repeat"]["median"] == pytest.approx([0.9, 1.1])
+    assert h["repeat"]["first"] == pytest.approx([0.8, 1.0])
 
 
 def test_bench_configs_reject_bad_protocol_settings():
