@@ -203,11 +203,7 @@ def held_out_resolution(workloads: list[dict]) -> dict:
     plan they ran identical work, so their paired ratio (fitted / defaults, per round) is the timing noise between
     two runs of one plan: its lowest and highest per-workload median over rounds and first pass."""
     held_out = [w for w in workloads if w["split"] == "held-out"]
-    picked = 0
-    for w in held_out:
-        s, plan = w["seconds"], w["auto_plan"][AUTO_FITTED]
-        faster = "packed" if s[PLAN_METHODS["packed"]] <= s[PLAN_METHODS["flat"]] else "flat"
-        picked += plan == faster or s[PLAN_METHODS[plan]] < best_seconds(s)
+    picked = sum(w["seconds"][PLAN_METHODS[w["auto_plan"][AUTO_FITTED]]] <= best_seconds(w["seconds"]) for w in held_out)
     same = [w for w in held_out if w["auto_plan"][AUTO_FITTED] == w["auto_plan"][AUTO_DEFAULT]]
     repeat = [spread([a / b for a, b in zip(w["times"][AUTO_FITTED], w["times"][AUTO_DEFAULT])]) for w in same]
     return {"workloads": len(held_out), "picked_faster": picked, "same_plan": len(same),
@@ -471,7 +467,7 @@ def summary(r: dict) -> str:
         lines.append(f"- Resolution: on the {h['same_plan']} held-out workloads where both `auto`s chose the same plan, "
                      f"they ran identical work; fitted / defaults per workload was {low:.3f}–{high:.3f} as the median "
                      f"over rounds and {first_low:.3f}–{first_high:.3f} in the first pass. That is the timing noise "
-                     "between two runs of one plan in this run, the finest difference the ratios above can show.")
+                     "between two runs of one plan in this run, which the ratios above carry as well.")
     return "\n".join(lines)
 
 
