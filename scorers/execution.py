@@ -99,7 +99,7 @@ def score_batched(model, question: EncodedQuestion, max_batch_tokens: int) -> Sc
 
 # ---------------------------------------------------------------- packed
 
-def _row_call(questions: list[EncodedQuestion], members: list[int], common: int,
+def row_call(questions: list[EncodedQuestion], members: list[int], common: int,
               unseen: int = 0) -> tuple[TreeCall, list]:
     """One packed row: the members' common prefix once, each member's own prefix tail under it, and its
     candidates under the tail. Owners are (question index, candidate index). `unseen` keys come first, each a
@@ -157,7 +157,7 @@ def score_packed_many(model, questions: list[EncodedQuestion], max_batch_tokens:
             states = [(layer.keys, layer.values) for layer in cache.layers]
     for batch in row_batches([(r, row[2]) for r, row in enumerate(rows)], max_batch_tokens):
         start = max(rows[r][3] for r in batch)  # the kept keys when a row of the batch reads them, else none
-        built = [_row_call(questions, rows[r][0], rows[r][1], start - rows[r][3]) for r in batch]
+        built = [row_call(questions, rows[r][0], rows[r][1], start - rows[r][3]) for r in batch]
         calls = [call for call, _ in built]
         holder = next((b for b, r in enumerate(batch) if keep in rows[r][0]), None) if capture else None
         if start:

@@ -320,15 +320,32 @@ class TreeCall:
         return [t for t, row in enumerate(self.rows) if start <= row < end]
 
 
-@torch.inference_mode()
-def run_rows(model, calls: list[TreeCall], start: int = 0, cache=None) -> list[dict]:
-    """One forward call over `calls` as left-padded batch rows, each feeding its keys from `start` on (the
-    keys before it are in `cache`, batch-expanded to the rows); returns {owner: summed log-prob} per call.
+@dataclass
+class RowLayout:
+    """The inputs of one `run_rows`-style call: `TreeCall`s as left-padded batch rows.
 
-    Each row's mask is its ancestor mask (`TreeCall.visible`); a padding token attends only to itself. Left
-    padding ends every row at the same position, so the logit rows kept (the union over rows) stay close to
-    the longest row's needs."""
-    device = model_device(model)
+    ids / positions (rows, width); `allowed` (rows, width, start + width) the ancestor masks (a padding token
+    sees only itself); `keep` the columns whose logits are needed (the union over rows); `rows` / `targets` /
+    `owners` one entry per target, `rows` indexing the flattened (row, kept column) logits, owners (row,
+    owner); `pads` each row's left padding."""
+
+    ids: torch.Tensor
+    positions: torch.Tensor
+    allowed: torch.Tensor
+    keep: list[int]
+    rows: list[int]
+    targets: list[int]
+    owners: list[tuple]
+    pads: list[int]
+
+    def mask(self, dtype) -> torch.Tensor:
+        """The additive 4D attention mask (rows, 1, width, start + width) in `dtype`."""
+        return torch.zeros(self.allowed.shape, dtype=dtype).masked_fill_(~self.allowed, torch.finfo(dtype).min)[:, None]
+
+
+def row_layout(calls: list[TreeCall], start: int = 0, extra_keys: Sequence[Sequence[int]] = ()) -> RowLayout:
+    """Lay `calls` out as left-padded rows feeding their keys from `start` on. `extra_keys[b]`: keys of call b
+    whose outputs are kept as well (`keep`), e.g. a prefix's last token for a value head."""
     width = max(len(call) - start for call in calls)
     ids = torch.zeros(len(calls), width, dtype=torch.long)
     positions = torch.zeros(len(calls), width, dtype=torch.long)
@@ -344,24 +361,38 @@ def run_rows(model, calls: list[TreeCall], start: int = 0, cache=None) -> list[d
         allowed[b, pad:, start + pad:] = visible[:, start:]
         allowed[b, torch.arange(pad), start + torch.arange(pad)] = True
         picks.append(call.fed_targets(start, len(call)))
-    keep = sorted({pad + call.rows[t] - start for call, pad, chosen in zip(calls, pads, picks) for t in chosen})
+    keep = {pad + call.rows[t] - start for call, pad, chosen in zip(calls, pads, picks) for t in chosen}
+    keep |= {pad + key - start for keys, pad in zip(extra_keys, pads) for key in keys}
+    keep = sorted(keep)
     column = {position: k for k, position in enumerate(keep)}
     rows, targets, owners = [], [], []
     for b, (call, pad, chosen) in enumerate(zip(calls, pads, picks)):
         rows += [b * len(keep) + column[pad + call.rows[t] - start] for t in chosen]
         targets += [call.targets[t] for t in chosen]
         owners += [(b, call.owners[t]) for t in chosen]
-    mask = torch.zeros(allowed.shape, dtype=model.dtype).masked_fill_(~allowed, torch.finfo(model.dtype).min)
+    return RowLayout(ids, positions, allowed, keep, rows, targets, owners, pads)
+
+
+@torch.inference_mode()
+def run_rows(model, calls: list[TreeCall], start: int = 0, cache=None) -> list[dict]:
+    """One forward call over `calls` as left-padded batch rows (`row_layout`), each feeding its keys from
+    `start` on (the keys before it are in `cache`, batch-expanded to the rows); returns {owner: summed
+    log-prob} per call.
+
+    Left padding ends every row at the same position, so the logit rows kept (the union over rows) stay close
+    to the longest row's needs."""
+    device = model_device(model)
+    layout = row_layout(calls, start)
     with grouped_rows(model):
         out = model(
-            input_ids=ids.to(device),
-            attention_mask=mask[:, None].to(device),
-            position_ids=positions.to(device),
+            input_ids=layout.ids.to(device),
+            attention_mask=layout.mask(model.dtype).to(device),
+            position_ids=layout.positions.to(device),
             cache=cache,
             use_cache=cache is not None,
-            logits_to_keep=torch.tensor(keep or [0], device=device),
+            logits_to_keep=torch.tensor(layout.keep or [0], device=device),
         )
-    sums = gather_by_owner(out.logits.reshape(-1, out.logits.shape[-1]), rows, targets, owners)
+    sums = gather_by_owner(out.logits.reshape(-1, out.logits.shape[-1]), layout.rows, layout.targets, layout.owners)
     results: list[dict] = [{} for _ in calls]
     for (b, owner), value in sums.items():
         results[b][owner] = value

@@ -137,8 +137,9 @@ def resolve(spec: str) -> str:
     )
 
 
-def load_model(spec: str, placement: Placement | str | dict | None = None) -> LoadedModel:
-    """Load a model spec with the given placement (default: cpu, fp32)."""
+def load_model(spec: str, placement: Placement | str | dict | None = None, adapter: str | None = None) -> LoadedModel:
+    """Load a model spec with the given placement (default: cpu, fp32); `adapter`: a trained adapter folder
+    merged into the weights (`jetgym.scorers.adapters.apply_adapter`)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
 
     placement = Placement.of(placement)
@@ -172,4 +173,9 @@ def load_model(spec: str, placement: Placement | str | dict | None = None) -> Lo
 
         offload_experts(model, "cuda")
     model.eval()
-    return LoadedModel(spec, model, tokenizer, processor, kind, context_window(config))
+    loaded = LoadedModel(spec, model, tokenizer, processor, kind, context_window(config))
+    if adapter is not None:
+        from .adapters import apply_adapter
+
+        apply_adapter(loaded, adapter)
+    return loaded

@@ -37,6 +37,8 @@ class ScorerOptions:
         the other normalizations).
     temperature: probs = softmax(scores / temperature); a temperature fitted on held-out questions
         (`jetgym-calibrate-probs`) calibrates the probabilities without changing any choice.
+    adapter: a folder written by `jetgym-train` (`output_dir/adapter`), merged into the weights when the
+        scorer loads `model` (`jetgym.scorers.adapters`); None: the base weights.
     """
 
     SCHEDULES: ClassVar[tuple[str, ...]] = ("auto",)
@@ -51,6 +53,7 @@ class ScorerOptions:
     normalization: str = "none"
     neutral_premise: str | None = None
     temperature: float = 1.0
+    adapter: str | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "placement", Placement.of(self.placement))
@@ -75,3 +78,5 @@ class ScorerOptions:
                 or not math.isfinite(self.temperature) or self.temperature <= 0:
             raise ValueError(f"temperature must be a finite number > 0, got {self.temperature!r}")
         object.__setattr__(self, "temperature", float(self.temperature))
+        if self.adapter is not None and (not isinstance(self.adapter, str) or not self.adapter.strip()):
+            raise ValueError(f"adapter must be the path of an adapter folder, got {self.adapter!r}")

@@ -80,6 +80,7 @@ class ModelConfig:
     """spec: an embedded model name, a local Hugging Face folder, or a hub id."""
 
     spec: str = "smollm2-135m-instruct"
+    adapter: Optional[str] = None  # a jetgym-train adapter folder merged into the weights
 
     def __post_init__(self):
         if not self.spec:
@@ -111,7 +112,7 @@ def _check_scorer(self) -> None:
 
 
 # Every option of every built-in backend, once; each defaults to null (= that backend's default).
-ScorerConfig = schema("ScorerConfig", [JetOptions, FastJevOptions], skip=("model", "placement", "pruning_k"),
+ScorerConfig = schema("ScorerConfig", [JetOptions, FastJevOptions], skip=("model", "placement", "pruning_k", "adapter"),
                       optional=True, extra=[("name", str, field(default="jet"))], post_init=_check_scorer)
 
 
@@ -268,6 +269,8 @@ def scorer_options(config: Any) -> dict:
     config sets, and the pruning budget when there is one."""
     options = {"model": config.model.spec, "placement": dataclasses.asdict(config.placement),
                **scorer_settings(config.scorer)}
+    if config.model.adapter is not None:
+        options["adapter"] = config.model.adapter
     pruning = getattr(config, "pruning", None)
     if pruning is not None and pruning.k:
         options["pruning_k"] = pruning.k

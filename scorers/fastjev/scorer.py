@@ -45,7 +45,10 @@ class FastJevScorer(ScorerBase):
         if isinstance(model, str):
             from jetgym.scorers.models import load_model
 
-            model = load_model(model, self.options.placement)
+            model = load_model(model, self.options.placement, self.options.adapter)
+        elif self.options.adapter is not None:
+            raise ValueError("adapter= is merged when the scorer loads the model from its spec; for an already "
+                             "loaded model call jetgym.scorers.adapters.apply_adapter(loaded, path) first")
         self.loaded = model
         self.corrections = Corrections(self.options)  # normalization, temperature, cached candidate priors
         self.n_layers = len(decoder_layers(model.model))

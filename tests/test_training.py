@@ -1,0 +1,174 @@
+"""Training: PPO learns a rewarded action, SFT lowers the gold NLL, runs resume, adapters round-trip."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from jetgym.agents import make_agent
+from jetgym.envs.candidates import CandidateActions
+from jetgym.scorers import Question, make_scorer
+from jetgym.scorers.models import LoadedModel
+from jetgym.training.policy import LoraOptions, Policy
+from jetgym.training.ppo import PPOOptions, advantages
+from jetgym.training.run import run_ppo, run_sft
+from jetgym.training.sft import SFTOptions
+
+from tiny_models import ByteTokenizer, tiny_llama
+
+
+class Bandit(gym.Env):
+    """One step per episode; action 1 pays 1, action 0 pays 0."""
+
+    observation_space = gym.spaces.Discrete(1)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return 0, {}
+
+    def step(self, action):
+        return 0, float(action == 1), True, False, {"is_success": bool(action == 1)}
+
+
+def tiny_scorer():
+    loaded = LoadedModel("tiny-llama", tiny_llama(), ByteTokenizer(), None, "attention", 512)
+    return make_scorer("jet", model=loaded, template="none", min_shared_prefix=0)
+
+
+def bandit_setup(num_envs=2):
+    policy = Policy(tiny_scorer(), LoraOptions(lora_rank=4, lora_alpha=8), seed=0)
+    envs = [CandidateActions(Bandit(), texts=["go west", "go east"]) for _ in range(num_envs)]
+    agent = make_agent("scorer", scorer=policy.scorer, task="Choose.", describer=lambda o: "here", policy="sample")
+    return policy, envs, agent
+
+
+def p_east(policy) -> float:
+    decision = policy.scorer.decide(Question(context="Choose.", candidates=["go west", "go east"]))
+    return decision.probs[1]
+
+
+def test_gae_matches_hand_computation():
+    adv, ret = advantages(np.array([1.0, 0.0, 2.0]), np.array([0.5, 0.2, 0.1]), np.array([0.2, 0.1, 9.0]),
+                          np.array([False, False, True]), np.array([False, False, True]), 0.9, 0.5)
+    d2 = 2.0 - 0.1
+    d1 = 0.0 + 0.9 * 0.1 - 0.2
+    d0 = 1.0 + 0.9 * 0.2 - 0.5
+    assert adv.tolist() == pytest.approx([d0 + 0.45 * (d1 + 0.45 * d2), d1 + 0.45 * d2, d2])
+    assert ret.tolist() == pytest.approx((adv + np.array([0.5, 0.2, 0.1])).tolist())
+
+
+def test_ppo_learns_the_rewarded_action(tmp_path):
+    policy, envs, agent = bandit_setup()
+    before = p_east(policy)
+    options = PPOOptions(num_envs=2, rollout_steps=8, epochs=2, minibatch=8, learning_rate=0.01, entropy_coef=0.0)
+    summary = run_ppo(policy, envs, agent, options, tmp_path, env_steps=16 * 8, progress=False)
+    after = p_east(policy)
+    assert after > 0.9 > before + 0.2, (before, after)
+    rows = [json.loads(line) for line in (tmp_path / "train.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in rows] == list(range(1, 9)) and summary["updates"] == 8
+    assert rows[-1]["success_rate"] > rows[0]["success_rate"]
+    assert (tmp_path / "adapter" / "adapter_config.json").exists() and (tmp_path / "summary.json").exists()
+    with pytest.raises(FileExistsError, match="already holds a finished training run"):
+        run_ppo(policy, envs, agent, options, tmp_path, env_steps=16, progress=False)
+
+
+def test_same_seed_same_adapter(tmp_path):
+    states = []
+    for name in ("a", "b"):
+        policy, envs, agent = bandit_setup()
+        run_ppo(policy, envs, agent, PPOOptions(num_envs=2, rollout_steps=4, minibatch=4), tmp_path / name,
+                env_steps=16, seed=3, progress=False)
+        states.append(policy.state())
+    assert states[0].keys() == states[1].keys()
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+
+
+def test_sft_lowers_held_out_gold_nll(tmp_path):
+    policy = Policy(tiny_scorer(), LoraOptions(lora_rank=4, lora_alpha=8), seed=0)
+    words = ["red", "tan", "sky", "ink"]
+
+    def question(k):  # the answer is always "sky": learnable from the training items, checked on unseen ones
+        return Question(context=f"item {k}: the colour is", candidates=words, gold=2, id=str(k))
+
+    train, held = [question(k) for k in range(20)], [question(k) for k in range(40, 50)]
+    assert policy.scorer.decide(held[0]).choice != 2
+    summary = run_sft(policy, train, SFTOptions(epochs=4, minibatch=5, learning_rate=0.02), tmp_path, held_out=held,
+                      progress=False)
+    assert summary["held_out_after"]["held_out_gold_nll"] < summary["held_out_before"]["held_out_gold_nll"] - 0.5
+    assert summary["held_out_after"]["held_out_accuracy"] == 1.0
+
+
+def test_bad_training_inputs_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="train.minibatch must be >= 1, got 0"):
+        PPOOptions(minibatch=0)
+    with pytest.raises(ValueError, match=r"train.gamma must be in \[0, 1\], got 1.5"):
+        PPOOptions(gamma=1.5)
+    with pytest.raises(ValueError, match="train.finetune must be 'lora' or 'full', got 'half'"):
+        LoraOptions(finetune="half")
+    loaded = LoadedModel("tiny-llama", tiny_llama(), ByteTokenizer(), None, "attention", 512)
+    pmi = make_scorer("jet", model=loaded, template="none", normalization="pmi")
+    with pytest.raises(ValueError, match="scorer.normalization='pmi' cannot be trained"):
+        Policy(pmi)
+    policy = Policy(tiny_scorer(), LoraOptions(lora_rank=2))
+    unlabelled = [Question(context="x", candidates=["a", "b"], id="q7")]
+    with pytest.raises(ValueError, match="question 'q7' has no gold answer: SFT needs labelled questions"):
+        run_sft(policy, unlabelled, SFTOptions(), tmp_path / "sft", progress=False)
+    with pytest.raises(ValueError, match="the training set holds no questions"):
+        run_sft(policy, [], SFTOptions(), tmp_path / "sft", progress=False)
+    envs = [CandidateActions(Bandit(), texts=["a", "b"])]
+    with pytest.raises(ValueError, match="run_ppo got 1 envs for train.num_envs=4"):
+        run_ppo(policy, envs, None, PPOOptions(), tmp_path / "ppo", env_steps=8, progress=False)
+
+
+RESUMED = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {tests!r})
+    from test_training import bandit_setup
+    from jetgym.training.ppo import PPOOptions
+    from jetgym.training.run import run_ppo
+    import jetgym.training.ppo as ppo
+    policy, envs, agent = bandit_setup()
+    if sys.argv[1] == "slow":  # stop after the second update's checkpoint: the parent kills it there
+        original = ppo.update
+        calls = []
+        def update(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 3:
+                print("checkpointed", flush=True)
+                time.sleep(600)
+            return original(*args, **kwargs)
+        import jetgym.training.run as run
+        run.update = update
+    run_ppo(policy, envs, agent, PPOOptions(num_envs=2, rollout_steps=4, minibatch=4), sys.argv[2], env_steps=40,
+            seed=1, progress=False)
+    print("done", flush=True)
+""")
+
+
+def test_resume_after_kill_continues_from_the_checkpoint(tmp_path):
+    script = tmp_path / "run.py"
+    script.write_text(RESUMED.format(tests=os.path.dirname(__file__)))
+    out = tmp_path / "out"
+    child = subprocess.Popen([sys.executable, str(script), "slow", str(out)], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "checkpointed"
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    pointer = json.loads((out / "checkpoint.json").read_text())
+    assert pointer["update"] == 2 and pointer["env_steps"] == 16
+    finished = subprocess.run([sys.executable, str(script), "fast", str(out)], capture_output=True, text=True, timeout=600)
+    assert finished.returncode == 0, finished.stderr
+    rows = [json.loads(line) for line in (out / "train.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in rows] == [1, 2, 3, 4, 5]  # updates 1-2 kept, 3-5 run after the restart
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["updates"] == 5 and summary["env_steps"] == 40
+    assert not (out / "checkpoint.json").exists()

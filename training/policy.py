@@ -1,0 +1,168 @@
+"""The trainable policy: a loaded model (with a LoRA adapter, or all weights trainable), a value head, and
+the `jet` scorer that acts with the same weights.
+
+`Policy.evaluate(questions)` gives, with gradients, each question's log q(c|x) over its candidates (the
+scorer's decision rule: the same `normalization` and `temperature`, softmax over the candidates) and the
+value of its context (a linear head on the context's last hidden state). The scorer (`Policy.scorer`)
+runs the same weights without gradients for rollouts and evaluation; after each optimizer step
+`Policy.weights_changed()` drops the prefix it keeps between calls, so it never reads stale keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Sequence
+
+import torch
+
+from jetgym.scorers import Question
+from jetgym.scorers.adapters import FULL_WEIGHTS, base_fingerprint, write_metadata
+from jetgym.scorers.gradients import candidate_logprobs
+
+Finetune = Literal["lora", "full"]
+TRAINABLE_NORMALIZATIONS = ("none", "token", "byte")
+VALUE_HEAD = "value_head.safetensors"
+
+
+@dataclass(frozen=True)
+class LoraOptions:
+    """finetune: `lora` (peft LoRA on the attention and MLP projections) or `full` (every weight);
+    lora_rank / lora_alpha: LoRA's r and alpha; lora_layers: LoRA on the last `lora_layers` decoder layers only
+    (0: all): gradients then stop below them, which makes backward cheaper; lora_targets: the module names."""
+
+    finetune: Finetune = "lora"
+    lora_rank: int = 8
+    lora_alpha: int = 16
+    lora_layers: int = 0
+    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+    def __post_init__(self):
+        if self.finetune not in ("lora", "full"):
+            raise ValueError(f"train.finetune must be 'lora' or 'full', got {self.finetune!r}")
+        if self.lora_rank < 1 or self.lora_alpha < 1:
+            raise ValueError(f"train.lora_rank and train.lora_alpha must be >= 1, got {self.lora_rank} and {self.lora_alpha}")
+        if self.lora_layers < 0:
+            raise ValueError(f"train.lora_layers must be >= 0 (0: every layer), got {self.lora_layers}")
+        object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
+
+
+@dataclass
+class Evaluated:
+    """log q over each question's candidates (list of (n_i,) tensors) and the values (questions,)."""
+
+    log_q: list[torch.Tensor]
+    values: torch.Tensor
+    raw: list[torch.Tensor] = field(default_factory=list)
+
+
+class Policy:
+    """Scorer + trainable weights + value head over one loaded model (see the module notes)."""
+
+    def __init__(self, scorer, lora: LoraOptions = LoraOptions(), seed: int = 0, grad_schedule: str = "packed"):
+        options = scorer.options
+        if options.normalization not in TRAINABLE_NORMALIZATIONS:
+            raise ValueError(f"scorer.normalization={options.normalization!r} cannot be trained (its prior runs "
+                             f"outside the gradient): use one of {', '.join(TRAINABLE_NORMALIZATIONS)}")
+        self.scorer, self.lora, self.grad_schedule = scorer, lora, grad_schedule
+        loaded = scorer.loaded
+        if loaded.kind != "attention" and grad_schedule == "packed":
+            self.grad_schedule = "sequential"
+        torch.manual_seed(seed)
+        model = loaded.model
+        self.fingerprint = base_fingerprint(model)
+        if lora.finetune == "lora":
+            from peft import LoraConfig, get_peft_model
+
+            n_layers = model.config.num_hidden_layers
+            if lora.lora_layers > n_layers:
+                raise ValueError(f"train.lora_layers={lora.lora_layers} exceeds the model's {n_layers} layers")
+            layers = list(range(n_layers - lora.lora_layers, n_layers)) if lora.lora_layers else None
+            config = LoraConfig(r=lora.lora_rank, lora_alpha=lora.lora_alpha, lora_dropout=0.0,
+                                target_modules=list(lora.lora_targets),
+                                layers_to_transform=layers, bias="none")
+            self.peft = get_peft_model(model, config)  # injects the adapter into `model` in place
+        else:
+            self.peft = None
+            for parameter in model.parameters():
+                parameter.requires_grad_(True)
+        self.model = model
+        hidden = model.get_input_embeddings().weight.shape[1]
+        self.value_head = torch.nn.Linear(hidden, 1)
+        torch.nn.init.zeros_(self.value_head.weight)
+        torch.nn.init.zeros_(self.value_head.bias)
+        self.model.eval()  # no dropout: rollouts and updates see the same function
+
+    def parameters(self) -> list[torch.nn.Parameter]:
+        """The trained parameters: the adapter (or every weight) and the value head."""
+        return [p for p in self.model.parameters() if p.requires_grad] + list(self.value_head.parameters())
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """Every trained tensor by name (checkpoints)."""
+        named = {f"model.{n}": p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+        named.update({f"value_head.{n}": p.detach().clone() for n, p in self.value_head.named_parameters()})
+        return named
+
+    def load_state(self, state: dict[str, torch.Tensor]) -> None:
+        params = dict(self.model.named_parameters())
+        with torch.no_grad():
+            for name, tensor in state.items():
+                kind, _, rest = name.partition(".")
+                target = params[rest] if kind == "model" else dict(self.value_head.named_parameters())[rest]
+                target.copy_(tensor)
+        self.weights_changed()
+
+    def weights_changed(self) -> None:
+        kept = getattr(self.scorer, "kept_prefix", None)
+        if kept is not None:
+            kept.clear()
+
+    def evaluate(self, questions: Sequence[Question], reference: bool = False) -> Evaluated:
+        """log q(c|x) per question and the context values, with gradients (`reference`: the base model,
+        adapter off, no gradient: the frozen policy of the KL term)."""
+        prepared = self.scorer.prepare(questions)
+        encoded = [p.encoded for p in prepared]
+        options = self.scorer.options
+        if reference:
+            if self.peft is None:
+                raise ValueError("train.kl_coef needs finetune=lora (the frozen model is the adapter switched off)")
+            with torch.no_grad(), self.peft.disable_adapter():
+                scored = candidate_logprobs(self.model, encoded, self.grad_schedule, options.max_batch_tokens,
+                                            options.min_shared_prefix)
+        else:
+            scored = candidate_logprobs(self.model, encoded, self.grad_schedule, options.max_batch_tokens,
+                                        options.min_shared_prefix, hidden=True)
+        log_q, raw = [], []
+        for item, result in zip(prepared, scored):
+            order = [item.unique.index(text) for text in item.candidates]
+            logprobs = result.logprobs[torch.tensor(order)]
+            raw.append(logprobs)
+            log_q.append(torch.log_softmax(self._corrected(logprobs, item) / options.temperature, dim=0))
+        if reference:
+            return Evaluated(log_q, torch.zeros(len(questions)), raw)
+        states = torch.stack([result.hidden for result in scored]).float()
+        return Evaluated(log_q, self.value_head(states).squeeze(-1), raw)
+
+    def _corrected(self, logprobs: torch.Tensor, item) -> torch.Tensor:
+        normalization = self.scorer.options.normalization
+        if normalization == "token":
+            lengths = dict(zip(item.unique, map(len, item.encoded.continuations)))
+            return logprobs / torch.tensor([lengths[t] for t in item.candidates], dtype=logprobs.dtype)
+        if normalization == "byte":
+            return logprobs / torch.tensor([len(t.encode("utf-8")) for t in item.candidates], dtype=logprobs.dtype)
+        return logprobs
+
+    def save(self, folder: Path) -> None:
+        """Write the adapter (peft format, or full weights) with its metadata and the value head."""
+        from safetensors.torch import save_file
+
+        folder.mkdir(parents=True, exist_ok=True)
+        loaded = self.scorer.loaded
+        if self.peft is not None:
+            self.peft.save_pretrained(str(folder))
+        else:
+            from safetensors.torch import save_model
+
+            save_model(self.model, str(folder / FULL_WEIGHTS))  # tied weights stored once
+        save_file({n: p.detach().contiguous() for n, p in self.value_head.state_dict().items()}, str(folder / VALUE_HEAD))
+        write_metadata(folder, loaded.spec, self.fingerprint, self.lora.finetune)

@@ -1,0 +1,212 @@
+"""PPO over the candidate distribution: rollouts with the scorer agent, GAE, the clipped objective.
+
+The policy is q(c|x), the scorer's distribution over the admissible candidates of each step (masked actions
+are never candidates); the value head reads the context's last hidden state. One update:
+1. `Rollouts.collect`: `rollout_steps` steps of every env, one `agent.act_many` call (one packed
+   `decide_many`) per step, actions sampled from q. A finished episode is reset with the next training seed.
+2. values of every visited context (and of the context after the last step or a time-limit truncation) with
+   the current weights, then GAE(`gamma`, `gae_lambda`).
+3. `epochs` passes over shuffled minibatches of `minibatch` decisions: clipped surrogate, value loss,
+   entropy bonus and, with `kl_coef`, KL(q || q of the frozen model), gradients clipped to `max_grad_norm`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from jetgym.scorers import Question
+
+
+@dataclass(frozen=True)
+class PPOOptions:
+    num_envs: int = 4
+    rollout_steps: int = 32
+    epochs: int = 2
+    minibatch: int = 16
+    learning_rate: float = 3e-4
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip: float = 0.2
+    value_coef: float = 0.5
+    entropy_coef: float = 0.01
+    kl_coef: float = 0.0
+    max_grad_norm: float = 1.0
+
+    def __post_init__(self):
+        for name in ("num_envs", "rollout_steps", "epochs", "minibatch"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("gamma", "gae_lambda"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"train.{name} must be in [0, 1], got {getattr(self, name)}")
+        for name in ("learning_rate", "clip", "max_grad_norm"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"train.{name} must be > 0, got {getattr(self, name)}")
+        for name in ("value_coef", "entropy_coef", "kl_coef"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"train.{name} must be >= 0, got {getattr(self, name)}")
+
+
+@dataclass
+class Step:
+    """One decision of a rollout; `after`: the context after a time-limit truncation (its value bootstraps)."""
+
+    question: Question
+    index: int
+    logprob: float
+    reward: float
+    terminated: bool
+    truncated: bool
+    after: Question | None = None
+
+
+@dataclass
+class Rollout:
+    steps: list[list[Step]]  # per env, in time order
+    last: list[Question]  # per env: the context after its last step (bootstrap when the episode goes on)
+    episodes: list[dict] = field(default_factory=list)  # episodes that ended: return, length, success
+
+
+class Rollouts:
+    """`num_envs` envs (each with `CandidateActions`) played by one scorer agent with `policy='sample'`.
+
+    Episode n (counted over the whole run, all envs) is reset with seed `seed_of(n)`; `episode` is the next n,
+    so a resumed run continues the seed sequence."""
+
+    def __init__(self, envs: Sequence[Any], agent, seed_of: Callable[[int], int], episode: int = 0):
+        self.envs, self.agent, self.seed_of, self.episode = list(envs), agent, seed_of, episode
+        self.current = [None] * len(self.envs)  # (observation, candidates, return, length) per env
+        for k in range(len(self.envs)):
+            self._reset(k)
+
+    def _reset(self, k: int) -> None:
+        seed = self.seed_of(self.episode)
+        self.episode += 1
+        observation, info = self.envs[k].reset(seed=seed)
+        self.agent.reset(seed, slot=k)
+        self.current[k] = [observation, info["candidates"], 0.0, 0]
+
+    def collect(self, steps: int) -> Rollout:
+        rollout = Rollout([[] for _ in self.envs], [])
+        for _ in range(steps):
+            acts = self.agent.act_many([c[0] for c in self.current], [c[1] for c in self.current],
+                                       list(range(len(self.envs))))
+            for k, (env, act) in enumerate(zip(self.envs, acts)):
+                observation, candidates = self.current[k][0], self.current[k][1]
+                question = Question(context=act.question, candidates=candidates.texts, labels=candidates.labels)
+                nxt, reward, terminated, truncated, info = env.step(act.action)
+                step = Step(question, act.index, math.log(max(act.probs[act.index], 1e-300)), float(reward),
+                            bool(terminated), bool(truncated))
+                rollout.steps[k].append(step)
+                self.current[k][2] += float(reward)
+                self.current[k][3] += 1
+                if terminated or truncated:
+                    if truncated and not terminated:
+                        step.after = self.agent.question(nxt, info["candidates"], k)
+                    rollout.episodes.append({"return": self.current[k][2], "length": self.current[k][3],
+                                             "success": _success(info, self.current[k][2])})
+                    self._reset(k)
+                else:
+                    self.current[k][0], self.current[k][1] = nxt, info["candidates"]
+        rollout.last = [self.agent.question(c[0], c[1], k) for k, c in enumerate(self.current)]
+        return rollout
+
+
+def _success(info: dict, total: float) -> bool | None:
+    return bool(info["is_success"]) if "is_success" in info else None
+
+
+def advantages(rewards: np.ndarray, values: np.ndarray, next_values: np.ndarray, ends: np.ndarray,
+               terminal: np.ndarray, gamma: float, lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """GAE over one env's steps in time order. next_values[t]: the value after step t (0 when it terminated);
+    ends[t]: the episode stopped after step t (terminated or truncated), so no advantage flows back across it."""
+    adv = np.zeros(len(rewards))
+    running = 0.0
+    for t in reversed(range(len(rewards))):
+        bootstrap = 0.0 if terminal[t] else next_values[t]
+        delta = rewards[t] + gamma * bootstrap - values[t]
+        running = delta + gamma * lam * (0.0 if ends[t] else running)
+        adv[t] = running
+    return adv, adv + values
+
+
+def _values(policy, questions: list[Question], chunk: int) -> np.ndarray:
+    out = []
+    with torch.no_grad():
+        for start in range(0, len(questions), chunk):
+            out.append(policy.evaluate(questions[start:start + chunk]).values.double().numpy())
+    return np.concatenate(out) if out else np.zeros(0)
+
+
+def update(policy, optimizer, rollout: Rollout, options: PPOOptions, generator: torch.Generator,
+           autocast: bool = False) -> dict:
+    """One PPO update from a rollout; returns the losses, KL and entropy of the update (means)."""
+    flat = [step for env_steps in rollout.steps for step in env_steps]
+    extra = [s.after for s in flat if s.after is not None]
+    with _autocast(autocast):
+        values = _values(policy, [s.question for s in flat] + extra + rollout.last, options.minibatch)
+    value_of_after = iter(values[len(flat):len(flat) + len(extra)])
+    last_values = values[len(flat) + len(extra):]
+    advantages_, returns = [], []
+    offset = 0
+    for k, env_steps in enumerate(rollout.steps):
+        v = values[offset:offset + len(env_steps)]
+        nxt = np.append(v[1:], last_values[k])
+        for t, s in enumerate(env_steps):
+            if s.truncated and not s.terminated:
+                nxt[t] = next(value_of_after)
+        adv, ret = advantages(np.array([s.reward for s in env_steps]), v, nxt,
+                              np.array([s.terminated or s.truncated for s in env_steps]),
+                              np.array([s.terminated for s in env_steps]), options.gamma, options.gae_lambda)
+        advantages_.append(adv)
+        returns.append(ret)
+        offset += len(env_steps)
+    adv = torch.tensor(np.concatenate(advantages_), dtype=torch.float32)
+    ret = torch.tensor(np.concatenate(returns), dtype=torch.float32)
+    if len(adv) > 1:
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    old = torch.tensor([s.logprob for s in flat], dtype=torch.float32)
+    totals = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "kl_old": 0.0, "kl_ref": 0.0, "clip_fraction": 0.0}
+    batches = 0
+    for _ in range(options.epochs):
+        order = torch.randperm(len(flat), generator=generator).tolist()
+        for start in range(0, len(order), options.minibatch):
+            idx = order[start:start + options.minibatch]
+            questions = [flat[i].question for i in idx]
+            with _autocast(autocast):
+                evaluated = policy.evaluate(questions)
+                reference = policy.evaluate(questions, reference=True) if options.kl_coef else None
+            new = torch.stack([lq[flat[i].index] for lq, i in zip(evaluated.log_q, idx)]).float()
+            ratio = torch.exp(new - old[idx])
+            a = adv[idx]
+            policy_loss = -torch.min(ratio * a, ratio.clamp(1 - options.clip, 1 + options.clip) * a).mean()
+            value_loss = 0.5 * ((evaluated.values.float() - ret[idx]) ** 2).mean()
+            entropy = torch.stack([-(lq.exp() * lq).sum() for lq in evaluated.log_q]).mean()
+            loss = policy_loss + options.value_coef * value_loss - options.entropy_coef * entropy
+            kl_ref = torch.zeros(())
+            if reference is not None:
+                kl_ref = torch.stack([(lq.exp() * (lq - rq)).sum() for lq, rq in zip(evaluated.log_q, reference.log_q)]).mean()
+                loss = loss + options.kl_coef * kl_ref
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), options.max_grad_norm)
+            optimizer.step()
+            policy.weights_changed()
+            with torch.no_grad():
+                totals["policy_loss"] += float(policy_loss)
+                totals["value_loss"] += float(value_loss)
+                totals["entropy"] += float(entropy)
+                totals["kl_old"] += float((old[idx] - new).mean())
+                totals["kl_ref"] += float(kl_ref)
+                totals["clip_fraction"] += float(((ratio - 1).abs() > options.clip).float().mean())
+            batches += 1
+    return {key: value / max(batches, 1) for key, value in totals.items()}
+
+
+def _autocast(enabled: bool):
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled)

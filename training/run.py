@@ -1,0 +1,251 @@
+"""Training runs: `run_ppo` (from reward) and `run_sft` (from labels) into one results folder.
+
+The folder (one writer at a time, a lock the kernel drops when its holder dies):
+- `train.jsonl`: one strict-JSON row per update (env steps or questions seen, mean return, success, losses,
+  KL, entropy, seconds);
+- `checkpoint/` + `checkpoint.json`: the trained tensors, the optimizer, the update count, the episode
+  counter and the shuffling generator, written every `checkpoint_every` updates (a new folder, then the
+  pointer file renamed over the old one, so a kill leaves the last complete checkpoint);
+- at the end `adapter/` (peft format, or full weights; `jetgym.scorers.adapters`), `summary.json`,
+  `learning_curve.png`.
+A run started into a folder holding a checkpoint of the same configuration continues from it (rows written
+after that checkpoint are dropped and redone); episodes that were under way when the run stopped restart
+with the next training seeds. A folder holding a finished run, or a checkpoint of another configuration,
+is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+from tqdm import tqdm
+
+from jetgym.runs.folder import append_jsonl, dumps, folder_lock, make_folder, read_jsonl, write_json, write_text
+
+from .ppo import PPOOptions, Rollouts, update
+from .sft import SFTOptions, check_labelled, evaluate_questions, sft_step
+
+TRAIN_LOG = "train.jsonl"
+SUMMARY = "summary.json"
+CURVE = "learning_curve.png"
+ADAPTER = "adapter"
+POINTER = "checkpoint.json"
+
+
+class TrainingFolder:
+    """The results folder of one training run: resume state, log rows, checkpoints, final files."""
+
+    def __init__(self, output_dir: str | os.PathLike, config: dict):
+        self.out = make_folder(output_dir)
+        self.config = config
+        self.log = self.out / TRAIN_LOG
+
+    def check(self) -> dict | None:
+        """The checkpoint to resume from (None: a fresh run); refuses a finished run or another config."""
+        if (self.out / SUMMARY).exists() or (self.out / ADAPTER).exists():
+            raise FileExistsError(f"{self.out} already holds a finished training run ({SUMMARY}, {ADAPTER}/); "
+                                  f"choose a new output_dir (nothing was overwritten)")
+        pointer = self.out / POINTER
+        if not pointer.exists():
+            if self.log.exists() and self.log.stat().st_size:
+                raise FileExistsError(f"{self.log} holds rows but {POINTER} is missing: the run cannot be resumed; "
+                                      f"choose a new output_dir")
+            return None
+        try:
+            state = json.loads(pointer.read_text())
+        except ValueError as error:
+            raise ValueError(f"{pointer} is corrupt ({error}); choose a new output_dir") from None
+        if state.get("config") != self.config:
+            changed = sorted(k for k in set(self.config) | set(state.get("config", {}))
+                             if self.config.get(k) != state.get("config", {}).get(k))
+            raise ValueError(f"{self.out} holds a checkpoint of another training configuration (changed: "
+                             f"{', '.join(changed)}); rerun with the same settings to resume, or choose a new output_dir")
+        return state
+
+    def rows(self, update: int) -> list[dict]:
+        """The log rows up to update `update`, the file rewritten without any later rows."""
+        rows = [row for row in read_jsonl(self.log) if row.get("update", 0) <= update]
+        write_text(self.log, "".join(dumps(row) + "\n" for row in rows))
+        return rows
+
+    def save_checkpoint(self, policy, optimizer, progress: dict) -> None:
+        name = f"checkpoint-{progress['update']:06d}"
+        folder = self.out / name
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
+        from safetensors.torch import save_file
+
+        save_file({k: v.contiguous() for k, v in policy.state().items()}, str(folder / "policy.safetensors"))
+        torch.save(optimizer.state_dict(), folder / "optimizer.pt")
+        previous = None
+        if (self.out / POINTER).exists():
+            previous = json.loads((self.out / POINTER).read_text()).get("folder")
+        write_json(self.out / POINTER, {"config": self.config, "folder": name, **progress})
+        if previous and previous != name:
+            shutil.rmtree(self.out / previous, ignore_errors=True)
+
+    def load_checkpoint(self, state: dict, policy, optimizer) -> None:
+        from safetensors.torch import load_file
+
+        folder = self.out / state["folder"]
+        policy.load_state(load_file(str(folder / "policy.safetensors")))
+        optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=False))
+
+    def finish(self, policy, summary: dict, rows: list[dict], x: str, ys: Sequence[str]) -> dict:
+        staging = self.out / f".{ADAPTER}-staging"
+        shutil.rmtree(staging, ignore_errors=True)
+        policy.save(staging)
+        os.replace(staging, self.out / ADAPTER)
+        summary["curve"] = plot_curve(rows, x, ys, self.out / CURVE)
+        write_json(self.out / SUMMARY, summary, indent=2)
+        pointer = self.out / POINTER
+        if pointer.exists():
+            shutil.rmtree(self.out / json.loads(pointer.read_text())["folder"], ignore_errors=True)
+            pointer.unlink()
+        return summary
+
+
+def plot_curve(rows: list[dict], x: str, ys: Sequence[str], path: Path) -> str | None:
+    """The learning curve (each of `ys` against `x`); None when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, axes = plt.subplots(len(ys), 1, figsize=(6, 2.4 * len(ys)), sharex=True, squeeze=False)
+    for axis, y in zip(axes[:, 0], ys):
+        points = [(row[x], row[y]) for row in rows if row.get(y) is not None]
+        axis.plot([p[0] for p in points], [p[1] for p in points], marker=".")
+        axis.set_ylabel(y.replace("_", " "))
+        axis.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel(x.replace("_", " "))
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}")
+    fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path.name
+
+
+def _optimizer(policy, learning_rate: float):
+    return torch.optim.AdamW(policy.parameters(), lr=learning_rate, weight_decay=0.0)
+
+
+def run_ppo(policy, envs: Sequence[Any], agent, options: PPOOptions, output_dir: str | os.PathLike, env_steps: int,
+            seed: int = 0, checkpoint_every: int = 1, autocast: bool = False, config: dict | None = None,
+            progress: bool = True) -> dict:
+    """Train `policy` with PPO on `envs` (played by `agent`, a scorer agent over `policy.scorer` with
+    policy='sample') for at least `env_steps` env steps; returns the summary. Training episode n uses seed
+    `1_000_000 * (seed + 1) + n`, so training seeds never meet the small evaluation seeds."""
+    if len(envs) != options.num_envs:
+        raise ValueError(f"run_ppo got {len(envs)} envs for train.num_envs={options.num_envs}")
+    if env_steps < 1:
+        raise ValueError(f"train.env_steps must be >= 1, got {env_steps}")
+    folder = TrainingFolder(output_dir, config or {"algorithm": "ppo", "seed": seed, **options.__dict__})
+    with folder_lock(folder.out, "jetgym-train"):
+        state = folder.check()
+        torch.manual_seed(seed)
+        optimizer = _optimizer(policy, options.learning_rate)
+        generator = torch.Generator().manual_seed(seed)
+        done, steps, episode, rows = 0, 0, 0, []
+        if state is not None:
+            folder.load_checkpoint(state, policy, optimizer)
+            done, steps, episode = state["update"], state["env_steps"], state["episode"]
+            generator.set_state(torch.tensor(state["generator"], dtype=torch.uint8))
+            rows = folder.rows(done)
+        rollouts = Rollouts(envs, agent, lambda n: 1_000_000 * (seed + 1) + n, episode)
+        per_update = options.num_envs * options.rollout_steps
+        bar = tqdm(total=env_steps, initial=min(steps, env_steps), unit="step", disable=not progress, desc="ppo")
+        started = time.monotonic()
+        while steps < env_steps:
+            begun = time.monotonic()
+            rollout = rollouts.collect(options.rollout_steps)
+            collected = time.monotonic()
+            losses = update(policy, optimizer, rollout, options, generator, autocast)
+            done += 1
+            steps += per_update
+            returns = [e["return"] for e in rollout.episodes]
+            success = [e["success"] for e in rollout.episodes if e["success"] is not None]
+            row = {"update": done, "env_steps": steps, "episodes": len(returns),
+                   "mean_return": sum(returns) / len(returns) if returns else None,
+                   "success_rate": sum(success) / len(success) if success else None,
+                   **{k: round(v, 6) for k, v in losses.items()},
+                   "rollout_seconds": round(collected - begun, 3), "update_seconds": round(time.monotonic() - collected, 3),
+                   "decisions_per_second": round(per_update / max(collected - begun, 1e-9), 3)}
+            append_jsonl(folder.log, [row])
+            rows.append(row)
+            if done % checkpoint_every == 0 and steps < env_steps:
+                folder.save_checkpoint(policy, optimizer, {"update": done, "env_steps": steps,
+                                                           "episode": rollouts.episode,
+                                                           "generator": generator.get_state().tolist()})
+            bar.update(min(per_update, env_steps - bar.n))
+            bar.set_postfix(ret=row["mean_return"], steps_s=round(per_update / (time.monotonic() - begun), 2))
+        bar.close()
+        summary = {"algorithm": "ppo", "updates": done, "env_steps": steps, "seed": seed,
+                   "seconds_this_process": round(time.monotonic() - started, 3), "config": folder.config,
+                   "last_mean_return": next((r["mean_return"] for r in reversed(rows) if r["mean_return"] is not None), None)}
+        return folder.finish(policy, summary, rows, "env_steps", ["mean_return", "success_rate", "entropy"])
+
+
+def run_sft(policy, questions: Sequence, options: SFTOptions, output_dir: str | os.PathLike,
+            held_out: Sequence = (), seed: int = 0, checkpoint_every: int = 10, autocast: bool = False,
+            config: dict | None = None, progress: bool = True) -> dict:
+    """Minimize the gold NLL of `questions` for `options.epochs` epochs; `held_out` is evaluated (gold NLL,
+    accuracy) before training and after every epoch. Returns the summary."""
+    check_labelled(questions, "the training set")
+    folder = TrainingFolder(output_dir, config or {"algorithm": "sft", "seed": seed, **options.__dict__})
+    with folder_lock(folder.out, "jetgym-train"):
+        state = folder.check()
+        torch.manual_seed(seed)
+        optimizer = _optimizer(policy, options.learning_rate)
+        generator = torch.Generator().manual_seed(seed)
+        per_epoch = -(-len(questions) // options.minibatch)
+        done, rows = 0, []
+        if state is not None:
+            folder.load_checkpoint(state, policy, optimizer)
+            done = state["update"]
+            generator.set_state(torch.tensor(state["generator"], dtype=torch.uint8))
+            rows = folder.rows(done)
+        if not rows and held_out:
+            before = {"update": 0, "epoch": 0, "questions_seen": 0, **_prefixed(evaluate_questions(policy.scorer, held_out))}
+            append_jsonl(folder.log, [before])
+            rows.append(before)
+        total = options.epochs * per_epoch
+        bar = tqdm(total=total, initial=done, unit="step", disable=not progress, desc="sft")
+        orders = [torch.randperm(len(questions), generator=torch.Generator().manual_seed(seed * 1000 + e)).tolist()
+                  for e in range(options.epochs)]
+        while done < total:
+            epoch, k = divmod(done, per_epoch)
+            idx = orders[epoch][k * options.minibatch:(k + 1) * options.minibatch]
+            begun = time.monotonic()
+            loss = sft_step(policy, optimizer, [questions[i] for i in idx], options, autocast)
+            done += 1
+            row = {"update": done, "epoch": epoch + (k + 1) / per_epoch, "questions_seen": done * options.minibatch,
+                   "loss": round(loss, 6), "update_seconds": round(time.monotonic() - begun, 3)}
+            if done % per_epoch == 0 and held_out:
+                row.update(_prefixed(evaluate_questions(policy.scorer, held_out)))
+            append_jsonl(folder.log, [row])
+            rows.append(row)
+            if done % checkpoint_every == 0 and done < total:
+                folder.save_checkpoint(policy, optimizer, {"update": done, "generator": generator.get_state().tolist()})
+            bar.update(1)
+            bar.set_postfix(loss=round(loss, 4))
+        bar.close()
+        final = next((r for r in reversed(rows) if "held_out_accuracy" in r), None)
+        summary = {"algorithm": "sft", "updates": done, "seed": seed, "train_questions": len(questions),
+                   "held_out_questions": len(held_out), "config": folder.config,
+                   "held_out_before": {k: rows[0].get(k) for k in ("held_out_gold_nll", "held_out_accuracy")} if held_out else None,
+                   "held_out_after": {k: final.get(k) for k in ("held_out_gold_nll", "held_out_accuracy")} if final else None}
+        return folder.finish(policy, summary, rows, "questions_seen", ["loss", "held_out_gold_nll", "held_out_accuracy"])
+
+
+def _prefixed(metrics: dict) -> dict:
+    return {f"held_out_{k}": v for k, v in metrics.items()}
