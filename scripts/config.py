@@ -305,3 +305,50 @@ def register_configs() -> None:
 
 
 register_configs()
+
+
+# ---------------------------------------------------------------- jetgym-train
+
+def _train_schema():
+    from jetgym.training.options import LoraOptions, PPOOptions, SFTOptions
+
+    extra = [("env_steps", int, field(default=2048)), ("autocast", bool, field(default=False)),
+             ("checkpoint_every", int, field(default=1)), ("held_out", float, field(default=0.5))]
+    return schema("TrainOptionsConfig", [PPOOptions, SFTOptions, LoraOptions], optional=True, extra=extra)
+
+
+TrainOptionsConfig = _train_schema()
+ALGORITHMS = ("ppo", "sft")
+
+
+@dataclass
+class TrainConfig:
+    """The `jetgym-train` job. algorithm: `ppo` (on `env`, played by the scorer agent) or `sft` (on the labelled
+    questions of `dataset`: the first `train.held_out` fraction is held out and evaluated, the rest trained on).
+    train: the algorithm's options (null: the library default), `env_steps` (PPO budget), `autocast` (bf16
+    autocast for the updates), `checkpoint_every` (updates), the LoRA settings. output_dir: results folder."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
+    scorer: ScorerConfig = field(default_factory=ScorerConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    train: TrainOptionsConfig = field(default_factory=TrainOptionsConfig)  # type: ignore[valid-type]
+    algorithm: str = "ppo"
+    seed: int = 0
+    output_dir: Optional[str] = None
+
+    def __post_init__(self):
+        check_choice("algorithm", self.algorithm, ALGORITHMS)
+        if self.scorer.name != "jet":
+            raise ValueError(f"jetgym-train trains the jet scorer's model: set scorer=jet (got scorer={self.scorer.name})")
+        if self.agent.name != "scorer":
+            raise ValueError(f"jetgym-train trains the scorer agent: set agent=scorer (got agent={self.agent.name})")
+        _check_positive("train.env_steps", self.train.env_steps)
+        _check_positive("train.checkpoint_every", self.train.checkpoint_every)
+        if not 0 <= self.train.held_out < 1:
+            raise ValueError(f"train.held_out must be a fraction in [0, 1), got {self.train.held_out}")
+
+
+ConfigStore.instance().store(name="train_schema", node=TrainConfig)

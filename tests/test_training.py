@@ -18,10 +18,10 @@ from jetgym.agents import make_agent
 from jetgym.envs.candidates import CandidateActions
 from jetgym.scorers import Question, make_scorer
 from jetgym.scorers.models import LoadedModel
-from jetgym.training.policy import LoraOptions, Policy
-from jetgym.training.ppo import PPOOptions, advantages
+from jetgym.training.options import LoraOptions, PPOOptions, SFTOptions
+from jetgym.training.policy import Policy
+from jetgym.training.ppo import advantages
 from jetgym.training.run import run_ppo, run_sft
-from jetgym.training.sft import SFTOptions
 
 from tiny_models import ByteTokenizer, tiny_llama
 
@@ -134,7 +134,7 @@ RESUMED = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {tests!r})
     from test_training import bandit_setup
-    from jetgym.training.ppo import PPOOptions
+    from jetgym.training.options import PPOOptions
     from jetgym.training.run import run_ppo
     import jetgym.training.ppo as ppo
     policy, envs, agent = bandit_setup()
@@ -172,3 +172,104 @@ def test_resume_after_kill_continues_from_the_checkpoint(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["updates"] == 5 and summary["env_steps"] == 40
     assert not (out / "checkpoint.json").exists()
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    """A tiny random llama with the embedded model's tokenizer, saved as a model folder (loads by path)."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from jetgym.scorers.models import resolve
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve("smollm2-135m-instruct"))
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         tie_word_embeddings=True)
+    folder = tmp_path_factory.mktemp("tiny-model")
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def trained_adapter(spec, folder, finetune="lora"):
+    """A policy whose trained weights are perturbed (as training would), saved to `folder`."""
+    policy = Policy(make_scorer("jet", model=spec, min_shared_prefix=0), LoraOptions(finetune=finetune, lora_rank=4), seed=1)
+    with torch.no_grad():
+        for parameter in policy.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.05)
+    policy.weights_changed()
+    policy.save(folder)
+    return policy
+
+
+QUESTIONS = [Question(context="Which way to the goal?", candidates=["move left", "move down", "move right", "move up"]),
+             Question(context="Pick a colour", candidates=[" red", " blue", " red"])]
+
+
+@pytest.mark.parametrize("finetune", ["lora", "full"])
+def test_adapter_round_trip_every_schedule(tiny_folder, tmp_path, finetune):
+    policy = trained_adapter(tiny_folder, tmp_path / "adapter", finetune)
+    trained = [list(d.logprobs) for d in policy.scorer.decide_many(QUESTIONS)]
+    base = [lp for d in make_scorer("jet", model=tiny_folder).decide_many(QUESTIONS) for lp in d.logprobs]
+    assert sum(trained, []) != pytest.approx(base, abs=1e-3)  # the adapter changes the scores
+    for schedule in ("packed", "independent", "batched"):
+        merged = make_scorer("jet", model=tiny_folder, adapter=str(tmp_path / "adapter"), schedule=schedule)
+        for got, want in zip(merged.decide_many(QUESTIONS), trained):
+            assert list(got.logprobs) == pytest.approx(want, abs=1e-4)
+    merged = make_scorer("fastjev", model=tiny_folder, adapter=str(tmp_path / "adapter"))
+    assert list(merged.decide(QUESTIONS[0]).logprobs) == pytest.approx(trained[0], abs=1e-4)
+    if finetune == "lora":  # plain transformers + peft read it too
+        from peft import PeftModel
+        from transformers import AutoModelForCausalLM
+
+        plain = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_folder), str(tmp_path / "adapter"))
+        assert sum(p.numel() for n, p in plain.named_parameters() if "lora_" in n) > 0
+
+
+def test_bad_adapters_are_refused(tiny_folder, tmp_path):
+    from jetgym.scorers.adapters import AdapterError
+
+    with pytest.raises(AdapterError, match="adapter folder '/nowhere/adapter' does not exist"):
+        make_scorer("jet", model=tiny_folder, adapter="/nowhere/adapter")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(AdapterError, match="is not a jetgym adapter: jetgym_adapter.json is missing"):
+        make_scorer("jet", model=tiny_folder, adapter=str(tmp_path / "empty"))
+    trained_adapter(tiny_folder, tmp_path / "good")
+    weights = tmp_path / "good" / "adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(AdapterError, match="cannot load the adapter in .*good .*truncated: train again"):
+        make_scorer("jet", model=tiny_folder, adapter=str(tmp_path / "good"))
+    trained_adapter(tiny_folder, tmp_path / "other")
+    meta = tmp_path / "other" / "jetgym_adapter.json"
+    meta.write_text(meta.read_text().replace(json.loads(meta.read_text())["base_fingerprint"], "0" * 16))
+    with pytest.raises(AdapterError, match="was trained on base model .* not on .*: load it with model="):
+        make_scorer("jet", model=tiny_folder, adapter=str(tmp_path / "other"))
+    with pytest.raises(ValueError, match="adapter must be the path of an adapter folder, got ''"):
+        make_scorer("jet", model=tiny_folder, adapter="")
+
+
+def test_train_cli_adapter_loads_in_jetgym_episode(tiny_folder, tmp_path):
+    """jetgym-train (PPO on FrozenLake) writes an adapter that jetgym-episode plays with the same choices."""
+    from jetgym.scripts.config import compose
+    from jetgym.scripts.episode import run_episodes
+    from jetgym.scripts.train import train
+
+    common = [f"model.spec={tiny_folder}", "env=frozenlake", "env.kwargs.is_slippery=false",
+              "+env.kwargs.max_episode_steps=6"]
+    summary = train(compose("train", common + ["train.env_steps=8", "train.num_envs=2", "train.rollout_steps=4",
+                                               "train.minibatch=4", f"output_dir={tmp_path / 'train'}"]), progress=False)
+    assert summary["updates"] == 1 and (tmp_path / "train" / "learning_curve.png").stat().st_size > 0
+    adapter = tmp_path / "train" / "adapter"
+    run_episodes(compose("episode", common + [f"model.adapter={adapter}", "placement.dtype=float32", "video=false",
+                                              f"output_dir={tmp_path / 'play'}"]), quiet=True)
+    steps = [json.loads(line) for line in (tmp_path / "play" / "steps.jsonl").read_text().splitlines()]
+    in_memory = make_scorer("jet", model=tiny_folder, adapter=str(adapter))
+    texts = ["move left", "move down", "move right", "move up"]  # conf/env/frozenlake.yaml, in action order
+    for row in steps:
+        decision = in_memory.decide(Question(context=row["question"], candidates=texts))
+        assert list(row["probs"].values()) == pytest.approx(list(decision.probs), abs=1e-5)
+    with pytest.raises(ValueError, match="jetgym-train trains the scorer agent: set agent=scorer"):
+        compose_train = compose("train", common + ["agent=random", f"output_dir={tmp_path / 'x'}"])
+        from jetgym.scripts.config import to_config
+        to_config(compose_train)

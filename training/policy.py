@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Sequence
 
 import torch
 
@@ -20,31 +20,10 @@ from jetgym.scorers import Question
 from jetgym.scorers.adapters import FULL_WEIGHTS, base_fingerprint, write_metadata
 from jetgym.scorers.gradients import candidate_logprobs
 
-Finetune = Literal["lora", "full"]
+from .options import LoraOptions
+
 TRAINABLE_NORMALIZATIONS = ("none", "token", "byte")
 VALUE_HEAD = "value_head.safetensors"
-
-
-@dataclass(frozen=True)
-class LoraOptions:
-    """finetune: `lora` (peft LoRA on the attention and MLP projections) or `full` (every weight);
-    lora_rank / lora_alpha: LoRA's r and alpha; lora_layers: LoRA on the last `lora_layers` decoder layers only
-    (0: all): gradients then stop below them, which makes backward cheaper; lora_targets: the module names."""
-
-    finetune: Finetune = "lora"
-    lora_rank: int = 8
-    lora_alpha: int = 16
-    lora_layers: int = 0
-    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-    def __post_init__(self):
-        if self.finetune not in ("lora", "full"):
-            raise ValueError(f"train.finetune must be 'lora' or 'full', got {self.finetune!r}")
-        if self.lora_rank < 1 or self.lora_alpha < 1:
-            raise ValueError(f"train.lora_rank and train.lora_alpha must be >= 1, got {self.lora_rank} and {self.lora_alpha}")
-        if self.lora_layers < 0:
-            raise ValueError(f"train.lora_layers must be >= 0 (0: every layer), got {self.lora_layers}")
-        object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
 
 
 @dataclass

@@ -21,35 +21,7 @@ import torch
 
 from jetgym.scorers import Question
 
-
-@dataclass(frozen=True)
-class PPOOptions:
-    num_envs: int = 4
-    rollout_steps: int = 32
-    epochs: int = 2
-    minibatch: int = 16
-    learning_rate: float = 3e-4
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip: float = 0.2
-    value_coef: float = 0.5
-    entropy_coef: float = 0.01
-    kl_coef: float = 0.0
-    max_grad_norm: float = 1.0
-
-    def __post_init__(self):
-        for name in ("num_envs", "rollout_steps", "epochs", "minibatch"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("gamma", "gae_lambda"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(f"train.{name} must be in [0, 1], got {getattr(self, name)}")
-        for name in ("learning_rate", "clip", "max_grad_norm"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"train.{name} must be > 0, got {getattr(self, name)}")
-        for name in ("value_coef", "entropy_coef", "kl_coef"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"train.{name} must be >= 0, got {getattr(self, name)}")
+from .options import PPOOptions
 
 
 @dataclass
@@ -97,7 +69,7 @@ class Rollouts:
             acts = self.agent.act_many([c[0] for c in self.current], [c[1] for c in self.current],
                                        list(range(len(self.envs))))
             for k, (env, act) in enumerate(zip(self.envs, acts)):
-                observation, candidates = self.current[k][0], self.current[k][1]
+                candidates = self.current[k][1]
                 question = Question(context=act.question, candidates=candidates.texts, labels=candidates.labels)
                 nxt, reward, terminated, truncated, info = env.step(act.action)
                 step = Step(question, act.index, math.log(max(act.probs[act.index], 1e-300)), float(reward),

@@ -21,15 +21,16 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 from tqdm import tqdm
 
 from jetgym.runs.folder import append_jsonl, dumps, folder_lock, make_folder, read_jsonl, write_json, write_text
 
-from .ppo import PPOOptions, Rollouts, update
-from .sft import SFTOptions, check_labelled, evaluate_questions, sft_step
+from .options import PPOOptions, SFTOptions
+from .ppo import Rollouts, update
+from .sft import check_labelled, evaluate_questions, sft_step
 
 TRAIN_LOG = "train.jsonl"
 SUMMARY = "summary.json"

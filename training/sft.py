@@ -8,29 +8,15 @@ question it was asked and the control it chose) train the same way.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
 from jetgym.scorers import Question
+
 from jetgym.scorers.decision import resolve_gold
 
-
-@dataclass(frozen=True)
-class SFTOptions:
-    epochs: int = 1
-    minibatch: int = 8
-    learning_rate: float = 1e-4
-    max_grad_norm: float = 1.0
-
-    def __post_init__(self):
-        for name in ("epochs", "minibatch"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("learning_rate", "max_grad_norm"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"train.{name} must be > 0, got {getattr(self, name)}")
+from .options import SFTOptions
 
 
 def gold_indices(question: Question) -> list[int]:

@@ -1,0 +1,76 @@
+"""The options of the training algorithms (validated on construction; no torch import, so configs stay cheap)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Finetune = Literal["lora", "full"]
+
+
+@dataclass(frozen=True)
+class LoraOptions:
+    """finetune: `lora` (peft LoRA on the attention and MLP projections) or `full` (every weight);
+    lora_rank / lora_alpha: LoRA's r and alpha; lora_layers: LoRA on the last `lora_layers` decoder layers only
+    (0: all): gradients then stop below them, which makes backward cheaper; lora_targets: the module names."""
+
+    finetune: Finetune = "lora"
+    lora_rank: int = 8
+    lora_alpha: int = 16
+    lora_layers: int = 0
+    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+    def __post_init__(self):
+        if self.finetune not in ("lora", "full"):
+            raise ValueError(f"train.finetune must be 'lora' or 'full', got {self.finetune!r}")
+        if self.lora_rank < 1 or self.lora_alpha < 1:
+            raise ValueError(f"train.lora_rank and train.lora_alpha must be >= 1, got {self.lora_rank} and {self.lora_alpha}")
+        if self.lora_layers < 0:
+            raise ValueError(f"train.lora_layers must be >= 0 (0: every layer), got {self.lora_layers}")
+        object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
+
+
+@dataclass(frozen=True)
+class PPOOptions:
+    num_envs: int = 4
+    rollout_steps: int = 32
+    epochs: int = 2
+    minibatch: int = 16
+    learning_rate: float = 3e-4
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip: float = 0.2
+    value_coef: float = 0.5
+    entropy_coef: float = 0.01
+    kl_coef: float = 0.0
+    max_grad_norm: float = 1.0
+
+    def __post_init__(self):
+        for name in ("num_envs", "rollout_steps", "epochs", "minibatch"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("gamma", "gae_lambda"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"train.{name} must be in [0, 1], got {getattr(self, name)}")
+        for name in ("learning_rate", "clip", "max_grad_norm"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"train.{name} must be > 0, got {getattr(self, name)}")
+        for name in ("value_coef", "entropy_coef", "kl_coef"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"train.{name} must be >= 0, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class SFTOptions:
+    epochs: int = 1
+    minibatch: int = 8
+    learning_rate: float = 1e-4
+    max_grad_norm: float = 1.0
+
+    def __post_init__(self):
+        for name in ("epochs", "minibatch"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("learning_rate", "max_grad_norm"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"train.{name} must be > 0, got {getattr(self, name)}")
