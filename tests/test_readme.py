@@ -18,7 +18,8 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 JOBS = {"jetgym-qa": ("qa", "jetgym.scripts.qa"), "jetgym-episode": ("episode", "jetgym.scripts.episode"),
         "jetgym-bench": ("bench", "jetgym.scripts.bench"), "jetgym-calibrate": ("calibrate", "jetgym.scripts.calibrate"),
         "jetgym-bench-fastjev": ("bench_fastjev", "jetgym.scripts.bench_fastjev"),
-        "jetgym-bench-dtype": ("bench_dtype", "jetgym.scripts.bench_dtype")}
+        "jetgym-bench-dtype": ("bench_dtype", "jetgym.scripts.bench_dtype"),
+        "jetgym-train": ("train", "jetgym.scripts.train")}
 
 
 def blocks(language: str) -> list[str]:
