@@ -1,0 +1,134 @@
+"""`jetgym-bench-learning`: held-out evaluation of a trained scorer against the zero-shot scorer and baselines.
+
+Given a finished `jetgym-train` PPO run folder, plays its env (the run's own env settings) on held-out seeds
+`--seed .. --seed+N-1` (training episodes use seeds >= 1,000,000) with: the trained scorer (its adapter,
+argmax), the zero-shot scorer (argmax), `random`, and the best fixed control, picked on separate tuning seeds
+(`--tuning-seed`, never reported). Reports mean return and success per agent with 95% bootstrap intervals over
+seeds and the paired differences trained - other (same seeds resampled together), the training run's learning
+curve, and writes the section `train-<name>` of docs/benchmarks.md with `--docs`.
+
+    jetgym-bench-learning runs/fl --name frozenlake-still --episodes 20 --docs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+from jetgym.questions.bootstrap import episode_bootstrap, paired_episode_bootstrap
+from jetgym.scripts.benchmarks_doc import docs_dir, write_results
+
+
+SUCCESS_RULES = ("positive-return", "terminated")
+
+
+def success(episode: dict, rule: str) -> float:
+    """The env's `is_success` when it reports one; else `positive-return` (FrozenLake: the goal pays 1) or
+    `terminated` (Taxi: the episode terminates only on a delivery)."""
+    if episode.get("is_success") is not None:
+        return float(episode["is_success"])
+    return float(episode["return"] > 0) if rule == "positive-return" else float(bool(episode["terminated"]))
+
+
+def play(overrides: list[str], agent: str, seeds: tuple[int, int], adapter: str | None = None,
+         control: str | None = None, scorer=None) -> list[dict]:
+    from jetgym.agents import rollout
+    from jetgym.scripts.config import compose, to_config
+    from jetgym.scripts.episode import build_agent, make_env
+
+    extra = [f"agent={agent}"] + ([f"agent.control={control}"] if control else []) \
+        + ([f"model.adapter={adapter}"] if adapter else [])
+    config = to_config(compose("episode", overrides + extra + ["placement.dtype=float32"]))
+    env = make_env(config)
+    try:
+        built, _ = build_agent(config, scorer=scorer, env=env)
+        return rollout(env, built, seeds[1] - seeds[0], seeds[0], progress=True)
+    finally:
+        env.close()
+
+
+def env_overrides(run: dict) -> list[str]:
+    """Episode-config overrides that rebuild the training run's env and scorer settings."""
+    env, scorer = run["env"], run["scorer"]
+    out = [f"model.spec={run['model']['spec']}", f"env.id={env['id']}", f"+env.kwargs={json.dumps(env['kwargs'])}"]
+    if env.get("action_texts"):
+        out.append("env.action_texts=[" + ",".join(env["action_texts"]) + "]")
+    if env.get("task"):
+        out.append(f"env.task={json.dumps(env['task'])}")
+    out += [f"scorer.{k}={v}" for k, v in scorer.items() if k != "name" and v is not None and not isinstance(v, (list, dict))]
+    return out
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", help="a finished jetgym-train PPO run folder (summary.json, adapter/)")
+    parser.add_argument("--name", required=True, help="section name: train-<name>")
+    parser.add_argument("--episodes", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tuning-seed", type=int, default=500)
+    parser.add_argument("--tuning-episodes", type=int, default=10)
+    parser.add_argument("--success", choices=SUCCESS_RULES, default="positive-return")
+    parser.add_argument("--output-dir", default="outputs/bench-learning")
+    parser.add_argument("--docs", action="store_true")
+    args = parser.parse_args(argv)
+    folder = Path(args.run)
+    try:
+        summary = json.loads((folder / "summary.json").read_text())
+    except FileNotFoundError:
+        parser.error(f"{folder} holds no summary.json: pass the folder of a finished jetgym-train run")
+    run = summary["config"]
+    if run.get("algorithm") != "ppo":
+        parser.error(f"{folder} is a {run.get('algorithm')} run; this benchmark evaluates PPO runs")
+    base = ["env=gym", *env_overrides(run)]
+    held = (args.seed, args.seed + args.episodes)
+    tuning = (args.tuning_seed, args.tuning_seed + args.tuning_episodes)
+    controls = run["env"].get("action_texts") or []
+    fixed_scores = {c: sum(e["return"] for e in play(base, "fixed", tuning, control=c)) for c in controls}
+    best = max(fixed_scores, key=fixed_scores.get) if fixed_scores else None
+    agents = {"trained": play(base, "scorer", held, adapter=str(folder / "adapter")),
+              "zero-shot": play(base, "scorer", held), "random": play(base, "random", held)}
+    if best is not None:
+        agents[f"fixed ({best})"] = play(base, "fixed", held, control=best)
+    seeds = list(range(*held))
+    results = {"run": str(folder), "held_out_seeds": list(held), "tuning_seeds": list(tuning), "fixed_tuning_returns":
+               fixed_scores, "agents": {}, "paired": {}, "training": {k: summary[k] for k in ("updates", "env_steps", "seed")}}
+    rows = []
+    for name, episodes in agents.items():
+        returns, wins = [e["return"] for e in episodes], [success(e, args.success) for e in episodes]
+        r, s = episode_bootstrap(returns, seeds), episode_bootstrap(wins, seeds)
+        results["agents"][name] = {"return": r.to_dict(), "success": s.to_dict()}
+        rows.append(f"| {name} | {r.estimate:.3f} [{r.low:.3f}, {r.high:.3f}] | {s.estimate:.2f} [{s.low:.2f}, {s.high:.2f}] |")
+    trained = [e["return"] for e in agents["trained"]]
+    paired = []
+    for name, episodes in agents.items():
+        if name == "trained":
+            continue
+        d = paired_episode_bootstrap(trained, [e["return"] for e in episodes], seeds)
+        results["paired"][name] = d.to_dict()
+        paired.append(f"{name} {d.estimate:+.3f} [{d.low:+.3f}, {d.high:+.3f}]")
+    curve = f"docs/bench/train-{args.name}.png"
+    log = [json.loads(line) for line in (folder / "train.jsonl").read_text().splitlines()]
+    body = [f"## train-{args.name}", "",
+            f"Command: `jetgym-bench-learning RUN --name {args.name} --episodes {args.episodes}` on a PPO run of "
+            f"{summary['env_steps']} env steps ({summary['updates']} updates, training seed {summary['seed']}); the run's "
+            f"settings: `{json.dumps({k: run['train'][k] for k in run['train'] if run['train'][k] is not None}, sort_keys=True)}`, "
+            f"env `{run['env']['id']}` `{json.dumps(run['env']['kwargs'], sort_keys=True)}`.", "",
+            f"Held-out seeds {held[0]}..{held[1] - 1} (training seeds are >= 1,000,000; the fixed control was picked on "
+            f"seeds {tuning[0]}..{tuning[1] - 1}). fp32, argmax for the scorers. Mean [95% bootstrap interval over seeds].", "",
+            "| agent | return | success |", "|---|---|---|", *rows, "",
+            "Paired return difference, trained minus each (same seeds resampled together): " + "; ".join(paired) + ".", "",
+            "Learning curve (mean return of the episodes that ended in each update's rollout): "
+            + ", ".join(f"{r['env_steps']}: {r['mean_return']:.2f}" for r in log if r.get("mean_return") is not None) + ".",
+            f"Training seconds per update (rollout + update, median of {len(log)}): "
+            f"{sorted(r['rollout_seconds'] + r['update_seconds'] for r in log)[len(log) // 2]:.1f}.",
+            "", f"![learning curve]({curve.removeprefix('docs/')})"]
+    write_results(args.output_dir, f"train_{args.name}".replace("-", "_"), results, "\n".join(body), docs=args.docs)
+    if args.docs and (folder / "learning_curve.png").exists():
+        shutil.copy(folder / "learning_curve.png", docs_dir() / "bench" / f"train-{args.name}.png")
+    print("\n".join(body))
+
+
+if __name__ == "__main__":
+    main()
