@@ -149,10 +149,11 @@ def read_libero(path: str | Path, frames: str | list[int] = "stored", max_frames
 
 
 def _text_attr(attrs, key: str) -> str | None:
+    """A string attribute; None when absent, empty or the "(per demo)" placeholder of older jetgym files."""
     value = attrs.get(key)
     if isinstance(value, bytes):
         value = value.decode()
-    return value if isinstance(value, str) and value and not value.startswith("(") else None
+    return value if isinstance(value, str) and value and value != "(per demo)" else None
 
 
 def _read_labels(demo, where: str, length: int) -> StepFacts | None:

@@ -172,7 +172,7 @@ def with_facts(episodes: list) -> list:
         raise LiberoLabelError(f"{first.source}: {first.name} stores no simulator labels (a 'labels' group) and the "
                                f"LIBERO simulator is not installed, so its frames cannot be labelled; install it: "
                                f"{libero_sim.INSTALL}")
-    computed = {id(e): e for e in libero_sim.label_episodes(missing)}
+    computed = {id(old): new for old, new in zip(missing, libero_sim.label_episodes(missing))}
     return [computed.get(id(e), e) for e in episodes]
 
 

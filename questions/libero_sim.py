@@ -126,10 +126,27 @@ class TaskSimulator:
     def state(self) -> np.ndarray:
         return np.array(self.inner.sim.get_state().flatten())
 
-    def after_last_action(self, state: np.ndarray, action: np.ndarray) -> np.ndarray:
-        """The state reached from `state` by one more action (the last step of a LIBERO file has none stored)."""
+    def sync_controllers(self, gripper_commands: np.ndarray) -> None:
+        """Make the controllers' own memory match a restored state: the arm controller re-reads the robot's
+        pose (it caches it between steps) and the gripper's command ramp (robosuite moves it by `speed` per
+        simulation substep toward the commanded sign, starting at 0 on reset) is replayed from the recorded
+        gripper commands. Neither is part of the simulator state."""
+        robot = self.inner.robots[0]
+        robot.controller.update(force=True)
+        if type(self.gripper).__name__ == "PandaGripper":  # LIBERO's gripper: current_action = [-r, r]
+            substeps = int(round(self.inner.control_timestep / self.inner.model_timestep))
+            ramp = 0.0
+            for command in np.asarray(gripper_commands, dtype=float):
+                ramp = float(np.clip(ramp + substeps * self.gripper.speed * np.sign(command), -1.0, 1.0))
+            self.gripper.current_action = ramp * np.array([-1.0, 1.0])
+
+    def after_last_action(self, state: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        """The state reached from `state` by the last of `actions` (the episode's actions so far): the last step
+        of a LIBERO file has no state stored after it."""
+        actions = np.asarray(actions, dtype=float)
         self.restore(state)
-        self.env.step(np.asarray(action, dtype=float).tolist())
+        self.sync_controllers(actions[:-1, -1])
+        self.env.step(actions[-1].tolist())
         return self.state()
 
     # --- facts at the current state ---
@@ -171,7 +188,7 @@ class TaskSimulator:
 
     def recorded_facts(self, states: np.ndarray, actions: np.ndarray, specs: list[list[list]]) -> StepFacts:
         """Facts of a LIBERO file's steps: after action t is `states[t + 1]`, after the last one is replayed."""
-        after = list(states[1:]) + [self.after_last_action(states[-1], actions[-1])]
+        after = list(states[1:]) + [self.after_last_action(states[-1], actions)]
         return self.facts(after, specs)
 
     def render(self, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -544,6 +544,9 @@ def record_like_libero(path: Path, source: LiberoEpisode, windows: list[tuple[np
         for i, (start, actions) in enumerate(windows):
             env.sim.set_state_from_flattened(start)
             env.sim.forward()
+            # a window starts mid-episode: the arm controller re-reads the pose, the gripper ramp starts open
+            env.env.robots[0].controller.update(force=True)
+            env.env.robots[0].gripper.current_action = np.array([1.0, -1.0])
             states, rows = [], []
             for action in actions:
                 states.append(env.sim.get_state().flatten())
@@ -585,22 +588,24 @@ def test_file_from_libero_recording_path_is_labelled_by_the_simulator(tmp_path):
     if not files:
         pytest.skip("shipped set not rendered")
     source = next(e for e in read_libero(files[0]) if e.facts.goal[-1])
-    held = np.flatnonzero(source.facts.hold)
     width = source.gripper_states[:, 0] - source.gripper_states[:, 1]
-    carry = int(held[5])
-    assert width[carry + 15] < 0.01  # the mug handle: fingers under 1 cm apart
+    # windows start with the gripper open: its command ramp is the controller's, not in the simulator state
+    start = int(np.flatnonzero(source.actions[:, -1] > 0)[0]) - 5  # just before the first grasp closes
+    end = int(np.flatnonzero(source.facts.hold)[0]) + 16  # cut while carrying: a failure
+    assert width[end - 1] < 0.01  # the mug handle: fingers under 1 cm apart
     close_on_nothing = np.tile([0, 0, 0.3, 0, 0, 0, 1.0], (15, 1))  # lift off and shut the empty gripper
-    windows = [(source.states[-20], source.actions[-20:]),  # the end of the success
-               (source.states[carry], source.actions[carry: carry + 16]),  # cut while carrying: a failure
+    windows = [(source.states[-20], source.actions[-20:]),  # the end of the success (the gripper is open)
+               (source.states[start], source.actions[start:end]),
                (source.states[0], close_on_nothing)]
+    carry = end - start - 1  # the last step of the carry window
     path = tmp_path / f"{MUG_TASK}_demo.hdf5"
     record_like_libero(path, source, windows)
     episodes = read_libero(path)
     assert all(e.facts is None and e.subgoals is None for e in episodes)  # nothing but LIBERO's own fields
     questions = {q.id: q for q in L.load_libero(path=str(path))}  # labels from restoring every state
-    gold = lambda demo, t, qtype: questions[f"{MUG_TASK}/demo_{demo}/t{t:03d}/{qtype}"].gold  # noqa: E731
+    gold = lambda demo, t, qtype: questions[f"{MUG_TASK}/{MUG_TASK}/demo_{demo}/t{t:03d}/{qtype}"].gold  # noqa: E731
     assert gold(0, 19, "r2_done") == 1 and gold(0, 19, "r2_instr") == "finished"
-    assert gold(1, 15, "r2_done") == 0 and gold(1, 15, "r2_prog") < 4  # its dones mark the last step, the goal fails
-    assert gold(1, 15, "r2_hold") == 1 and gold(1, 15, "r2_phase") == "carrying"  # a thin grasp is a hold
+    assert gold(1, carry, "r2_done") == 0 and gold(1, carry, "r2_prog") < 4  # dones mark the last step, the goal fails
+    assert gold(1, carry, "r2_hold") == 1 and gold(1, carry, "r2_phase") == "carrying"  # a thin grasp is a hold
     shut = read_libero(path)[2].gripper_states[-1]
     assert shut[0] - shut[1] < 0.01 and gold(2, 14, "r2_grasp") == 0 and gold(2, 14, "r2_phase") == "moving"
