@@ -523,6 +523,26 @@ def test_audit_of_a_shipped_sample_agrees_on_every_type():
     assert all(v["agree"] == v["steps"] > 0 for v in report["facts"].values())
 
 
+@SIMULATOR
+def test_audit_finds_a_stored_label_the_simulator_disagrees_with(tmp_path):
+    files = [p for p in shipped_files() if p.name.startswith(MUG_TASK)]
+    if not files:
+        pytest.skip("shipped set not rendered")
+    copy = tmp_path / files[0].name
+    copy.write_bytes(files[0].read_bytes())
+    with h5py.File(copy, "a") as file:
+        demo = file["data/demo_0"]
+        frames = [int(t) for t in demo.attrs["rendered_frames"]]
+        hold = demo["labels/hold"][()]
+        t = next(t for t in frames if hold[t])
+        hold[t] = 0  # a stored "not held" where the simulator sees the mug carried
+        demo["labels/hold"][...] = hold
+    report = libero_sim.audit(copy, demos=1)
+    assert not report["agree"] and report["facts"]["hold"]["agree"] == report["facts"]["hold"]["steps"] - 1
+    assert {"id": f"{MUG_TASK}_demo/{MUG_TASK}/demo_0/t{t:03d}/r2_hold", "stored": False, "simulator": True} in report["disagreements"]
+    assert report["by_type"]["r2_grasp"]["agree"] == report["by_type"]["r2_grasp"]["frames"]
+
+
 def record_like_libero(path: Path, source: LiberoEpisode, windows: list[tuple[np.ndarray, np.ndarray]]) -> None:
     """A file made the way LIBERO's `create_dataset.py --use-camera-obs` makes one, with LIBERO's classes: the
     recorded scene rebuilt from `model_file`, each window replayed from its start state, observations recorded
