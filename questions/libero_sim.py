@@ -159,9 +159,6 @@ class TaskSimulator:
         touching = self.inner.get_contacts(self.inner.objects_dict[name])
         return all(geom is not None and geom.startswith(prefix) for geom in touching)
 
-    def held(self) -> list[str]:
-        return [name for name in self.grasped() if self.off_support(name)]
-
     def predicate(self, item: list, held: list[str]) -> bool:
         kind, arg = item
         if kind == "goal":
@@ -229,7 +226,10 @@ def label_episodes(episodes: list) -> list:
                 sims[bddl] = TaskSimulator(bddl)
             sim = sims[bddl]
             sim.load_model(episode.model_file)
-            specs = episode_specs(episode, sim.goal_state)
+            try:
+                specs = episode_specs(episode, sim.goal_state)
+            except ValueError as error:
+                raise LiberoLabelError(f"{where}: {error}") from error
             out.append(replace(episode, facts=sim.recorded_facts(episode.states, episode.actions, specs),
                                subgoal_predicates=specs))
     finally:
