@@ -1,13 +1,14 @@
 """LIBERO demonstrations: the official HDF5 reader and an offline-frames Gymnasium env.
 
 Reader. `read_libero(path)` accepts a file in the official LIBERO layout (`data/demo_N/obs/agentview_rgb`,
-`eye_in_hand_rgb`, `gripper_states`, `ee_pos`, ...; `actions`, `rewards`, `dones`; `problem_info` JSON with
-`language_instruction` on `data`, or per demo as `jetgym-render-libero` writes it). Images are stored
-upside-down (OpenGL rows bottom-up); `upright()` reverses the rows. Extras written by the renderer and used
-when present: per-demo `rendered_frames` (the steps whose images are stored), `subgoals` (JSON step texts),
-`subgoal_done` (T, K), `success`, `task_name`. A real LIBERO demo has neither: every step has images,
-the steps are split from the instruction and their completion comes from the gripper (see
-`jetgym.questions.libero`).
+`eye_in_hand_rgb`, `gripper_states`, `ee_pos`, ...; `actions`, `states`, `rewards`, `dones`; `problem_info`
+JSON with `language_instruction`, `bddl_file_name`, `bddl_file_content` on `data`; `model_file` per demo), or a
+folder of such files (one per task, as LIBERO ships them). Images are stored upside-down (OpenGL rows
+bottom-up); `upright()` reverses the rows. Extras written by `jetgym-render-libero` and used when present:
+per-demo `rendered_frames` (the steps whose images are stored), `subgoals` (JSON step texts),
+`subgoal_predicates` (JSON: the predicates of each step) and a `labels` group holding the simulator's facts
+per step (`grasp`, `hold`, `step_holds`, `goal`; see `jetgym.questions.libero_sim`). The reader only reads;
+labels come from those facts (`jetgym.questions.libero`).
 
 Env. `LiberoFramesEnv` replays recorded frames: observation = {"agentview", "wrist"} upright uint8 images
 plus the instruction (Text); the action is a candidate index of the frame's first question (the env does
@@ -39,6 +40,30 @@ def upright(image: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True, eq=False)
+class StepFacts:
+    """The simulator's facts at every step of one episode (arrays over the episode's T steps)."""
+
+    grasp: np.ndarray  # (T,) bool
+    hold: np.ndarray  # (T,) bool
+    step_holds: np.ndarray  # (T, K) bool
+    goal: np.ndarray  # (T,) bool
+
+    def __post_init__(self):
+        length = len(self.grasp)
+        for name in ("hold", "step_holds", "goal"):
+            if len(getattr(self, name)) != length:
+                raise ValueError(f"StepFacts.{name} has {len(getattr(self, name))} steps, grasp has {length}")
+        if self.step_holds.ndim != 2:
+            raise ValueError(f"StepFacts.step_holds must be (T, K), got shape {self.step_holds.shape}")
+
+    def equal(self, other: StepFacts) -> dict[str, np.ndarray]:
+        """Per fact, a (T,) bool array: where the two agree."""
+        return {name: np.all(np.asarray(getattr(self, name)).reshape(len(self.grasp), -1)
+                             == np.asarray(getattr(other, name)).reshape(len(other.grasp), -1), axis=1)
+                for name in ("grasp", "hold", "step_holds", "goal")}
+
+
+@dataclass(frozen=True, eq=False)
 class LiberoEpisode:
     """One recorded demonstration: the low-dimensional trajectory and the images of its rendered frames."""
 
@@ -53,9 +78,14 @@ class LiberoEpisode:
     frames: tuple[int, ...]  # steps whose images are stored
     images: dict[int, tuple[np.ndarray, np.ndarray]] = field(repr=False)  # step -> (agentview, wrist), as stored
     subgoals: tuple[str, ...] | None = None
-    subgoal_done: np.ndarray | None = None  # (T, K) 0/1
-    success: bool | None = None
+    facts: StepFacts | None = None  # the simulator's facts per step (stored `labels`, or computed)
+    success: bool | None = None  # the renderer's record of its own rollout (not used for labels)
     source: str = ""
+    states: np.ndarray | None = field(default=None, repr=False)  # (T, S) simulator states, before each action
+    subgoal_predicates: list | None = None  # per step, its predicates ([["goal", i]] or [["hold", object]])
+    bddl_file_name: str | None = None
+    bddl_file_content: str | None = None
+    model_file: str | None = None
 
     @property
     def length(self) -> int:
@@ -96,17 +126,52 @@ def _demo_sort_key(name: str) -> tuple[int, str]:
     return (int(tail), name) if tail.isdigit() else (10**9, name)
 
 
+def libero_files(path: str | Path) -> list[Path]:
+    """The HDF5 files of a LIBERO path: the file itself, or a folder's `*.hdf5` files in name order."""
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(p for p in path.glob("*.hdf5") if not p.name.endswith(".partial.hdf5"))
+        if not files:
+            raise FileNotFoundError(f"no LIBERO .hdf5 files in the folder {path}")
+        return files
+    if not path.exists():
+        raise FileNotFoundError(f"no LIBERO file at {path}")
+    return [path]
+
+
 def read_libero(path: str | Path, frames: str | list[int] = "stored", max_frames: int = 10) -> list[LiberoEpisode]:
-    """Every demo of a LIBERO HDF5 file, in demo-number order.
+    """Every demo of a LIBERO HDF5 file (or of every file of a folder), in file then demo-number order.
 
     frames: "stored" (the renderer's `rendered_frames`; for a real LIBERO demo, which stores every step,
         `max_frames` evenly spaced steps from first to last), or explicit steps.
     """
+    return [episode for file in libero_files(path) for episode in _read_file(file, frames, max_frames)]
+
+
+def _text_attr(attrs, key: str) -> str | None:
+    """A string attribute; None when absent, empty or the "(per demo)" placeholder of older jetgym files."""
+    value = attrs.get(key)
+    if isinstance(value, bytes):
+        value = value.decode()
+    return value if isinstance(value, str) and value and value != "(per demo)" else None
+
+
+def _read_labels(demo, where: str, length: int) -> StepFacts | None:
+    if "labels" not in demo:
+        return None
+    group = demo["labels"]
+    missing = [k for k in ("grasp", "hold", "step_holds", "goal") if k not in group]
+    if missing:
+        raise LiberoFormatError(f"{where}/labels: missing {', '.join(missing)}")
+    facts = StepFacts(**{k: np.asarray(group[k], dtype=bool) for k in ("grasp", "hold", "step_holds", "goal")})
+    if len(facts.grasp) != length:
+        raise LiberoFormatError(f"{where}/labels: {len(facts.grasp)} steps, the demo has {length}")
+    return facts
+
+
+def _read_file(file_path: Path, frames, max_frames: int) -> list[LiberoEpisode]:
     import h5py
 
-    file_path = Path(path)
-    if not file_path.exists():
-        raise FileNotFoundError(f"no LIBERO file at {file_path}")
     episodes = []
     with h5py.File(file_path, "r") as file:
         if "data" not in file:
@@ -146,7 +211,6 @@ def read_libero(path: str | Path, frames: str | list[int] = "stored", max_frames
             rewards = np.asarray(demo["rewards"], dtype=np.float64) if "rewards" in demo else np.zeros(length)
             dones = np.asarray(demo["dones"], dtype=np.float64) if "dones" in demo else np.zeros(length)
             subgoals = _json_attr(demo.attrs, "subgoals")
-            done = np.asarray(demo["subgoal_done"], dtype=np.uint8) if "subgoal_done" in demo else None
             success = demo.attrs.get("success")
             episodes.append(LiberoEpisode(
                 name=name,
@@ -160,9 +224,15 @@ def read_libero(path: str | Path, frames: str | list[int] = "stored", max_frames
                 frames=tuple(steps),
                 images=images,
                 subgoals=tuple(subgoals) if subgoals else None,
-                subgoal_done=done,
+                facts=_read_labels(demo, where, length),
                 success=None if success is None else bool(success),
                 source=str(file_path),
+                states=np.asarray(demo["states"], dtype=np.float64) if "states" in demo else None,
+                subgoal_predicates=_json_attr(demo.attrs, "subgoal_predicates"),
+                bddl_file_name=_text_attr(demo.attrs, "bddl_file_name") or _text_attr(data.attrs, "bddl_file_name"),
+                bddl_file_content=(_text_attr(demo.attrs, "bddl_file_content")
+                                   or _text_attr(data.attrs, "bddl_file_content")),
+                model_file=_text_attr(demo.attrs, "model_file"),
             ))
     return episodes
 
@@ -187,7 +257,7 @@ if gym is not None:
         the seed (options={"episode": i} picks one); an episode ends after its last rendered frame.
         The action answers the frame's first question (an index into its candidates); reward 0: the env
         replays, it does not grade. `info`: "questions", "candidates" (the first question's texts),
-        "episode", "step", "task", "is_success" (the recorded task state at this step).
+        "episode", "step", "task", "is_success" (the task's goal predicates hold at this step, from the facts).
         """
 
         metadata = {"render_modes": ["rgb_array"]}
@@ -224,7 +294,7 @@ if gym is not None:
             episode = self.episodes[self._episode]
             step = episode.frames[self._cursor]
             questions = self.questions_for(episode, step)
-            success = bool(np.any(episode.rewards[: step + 1] > 0))
+            success = bool(episode.facts.goal[step]) if episode.facts is not None else None
             return {"questions": questions, "candidates": list(questions[0].candidates) if questions else [],
                     "episode": episode.name, "task": episode.task, "step": step, "is_success": success}
 

@@ -1,34 +1,31 @@
-"""LIBERO offline robot QA: eight question types per frame, labels from recorded states by fixed rules.
+"""LIBERO offline robot QA: eight question types per frame, labels from the simulator's facts by fixed rules.
 
 Every frame of a recorded episode gets eight questions that share one context (the frame's views, or
 their `describe` text, and the instruction); only the last line, the question, differs. Nothing a label is
-computed from (gripper opening, end-effector positions, step index, rewards) appears in a question.
+computed from (contacts, predicates, end-effector positions, step index) appears in a question.
 
-Signals (per step t of an episode of T steps; see docs/libero.md):
-    width(t)  = gripper_states[t, 0] - gripper_states[t, 1]   finger opening, metres (Panda: ~0.08 open)
-    close(t)  = actions[t, -1] > 0                            the gripper is commanded closed
-    ee(t)     = ee_pos[t]                                     end-effector position, robot base frame
+Facts per step t of an episode of T steps (restored simulator state after action t; `libero_sim`):
+    grasp(t)  some movable object is grasped (robosuite's `_check_grasp`: both finger pads touch it)
+    hold(t)   a grasped object touches nothing but the gripper (off its support)
+    P_k(t)    every predicate of instruction step k holds (BDDL goal predicates; "pick up X": X held)
+    goal(t)   every BDDL goal predicate of the task holds
+    ee(t)     = ee_pos[t], the end-effector position (robot base frame, recorded)
 
 Rules (constants below; `t - j` below 0 does not exist):
-    grasp(t)   close(t) and not close(t - j) for some j in 1..GRASP_WINDOW (the fingers are closing)
-    hold(t)    close(t) and width(t) > HOLD_MIN_WIDTH and not grasp(t) (closed on something)
-    release(t) not close(t) and hold(t - j) for some j in 1..GRASP_WINDOW
-    phase(t)   grasp -> grasping; hold -> carrying; release -> releasing; otherwise -> moving (no object)
-    done(t)    some s <= t has rewards[s] > 0 or dones[s] > 0 (the task's success predicate held)
-    step k done by t: with `subgoal_done` recorded, some s <= t has subgoal_done[s, k]; without it (a real
-               LIBERO demo), step k < K-1 is done after the (k+1)-th release, the last step at done(t)
+    step k done by t   P_k(s) for some s <= t (a step once done stays done)
     r2_dir     d = ee(min(t + DIR_HORIZON, T - 1)) - ee(t); max |d_i| <= STILL -> "stay"; otherwise the axis
                of the largest |d_i| and its sign: +x forward, -x backward, +y left, -y right, +z up, -z down
-    r2_done    done(t)                                            (binary)
-    r2_first   step 0 done by t                                   (binary)
+    r2_done    goal(t)                                            (binary)
+    r2_first   step 1 done by t                                   (binary)
     r2_grasp   grasp(t)                                           (binary)
     r2_hold    hold(t)                                            (binary)
     r2_instr   the first step not done by t; all done -> "finished" (categorical)
-    r2_phase   phase(t)                                           (categorical)
-    r2_prog    p = t / t_end with t_end the first success step (or T - 1 for a failed attempt, p capped
-               below 1): p < 0.25, < 0.5, < 0.75, < 1, >= 1 -> levels 0..4   (ordinal)
+    r2_phase   hold(t) -> carrying; else hold(t - j) for some j in 1..PHASE_WINDOW -> releasing;
+               else grasp(t) -> grasping; else moving             (categorical)
+    r2_prog    p = t / t_end with t_end the first step where goal holds (none: T - 1, p capped below 1):
+               p < 0.25, < 0.5, < 0.75, < 1, >= 1 -> levels 0..4  (ordinal)
 Categorical questions carry an abstention candidate ("cannot tell"), scored like the others and counted
-as an error when chosen.
+as an error when chosen. A file's rewards and dones are never read for labels.
 """
 
 from __future__ import annotations
@@ -48,8 +45,7 @@ QUESTION_TYPES = ("r2_dir", "r2_done", "r2_first", "r2_grasp", "r2_hold", "r2_in
 LIBERO_SUBSETS = ("all", "images")
 Perception = Literal["describe", "images"]
 
-GRASP_WINDOW = 8  # steps (0.4 s at 20 Hz)
-HOLD_MIN_WIDTH = 0.01  # metres of finger opening, strictly above: an object between the fingers
+PHASE_WINDOW = 8  # steps (0.4 s at 20 Hz) after holding that count as letting go
 DIR_HORIZON = 10  # steps ahead for the motion direction (0.5 s)
 STILL = 0.02  # metres: a larger displacement along some axis counts as motion
 PROGRESS_EDGES = (0.25, 0.5, 0.75, 1.0)
@@ -74,43 +70,29 @@ PHASES = (
 PROGRESS = ("just started", "less than halfway", "more than halfway", "nearly done", "finished")
 
 DATA_DIR = Path(__file__).resolve().parent / "data" / "libero10"
-DEFAULT_FILE = DATA_DIR / "libero10.hdf5"
+DEFAULT_PATH = DATA_DIR  # the shipped set: one official-layout file per libero_10 task
 
 
-# --------------------------------------------------------------------------- signals and rules
-
-def gripper_width(gripper_states: np.ndarray) -> np.ndarray:
-    gripper_states = np.asarray(gripper_states, dtype=float)
-    return gripper_states[:, 0] - gripper_states[:, 1]
+class LiberoLabelError(ValueError):
+    """Frames that cannot be labelled: no stored simulator facts and no simulator to compute them."""
 
 
-def closed_command(actions: np.ndarray) -> np.ndarray:
-    return np.asarray(actions, dtype=float)[:, -1] > 0
+# --------------------------------------------------------------------------- rules over the simulator's facts
+
+def _facts(episode):
+    if episode.facts is None:
+        raise LiberoLabelError(f"{episode.source or episode.task}: {episode.name} has no simulator facts; load it "
+                               "with load_libero (which stores or computes them) or give the episode its facts")
+    return episode.facts
 
 
-def grasping(close: np.ndarray, t: int) -> bool:
-    if not close[t]:
-        return False
-    return any(not close[t - j] for j in range(1, GRASP_WINDOW + 1) if t - j >= 0)
-
-
-def holding(close: np.ndarray, width: np.ndarray, t: int) -> bool:
-    return bool(close[t] and width[t] > HOLD_MIN_WIDTH and not grasping(close, t))
-
-
-def releasing(close: np.ndarray, width: np.ndarray, t: int) -> bool:
-    if close[t]:
-        return False
-    return any(holding(close, width, t - j) for j in range(1, GRASP_WINDOW + 1) if t - j >= 0)
-
-
-def phase(close: np.ndarray, width: np.ndarray, t: int) -> str:
-    if grasping(close, t):
-        return "grasping"
-    if holding(close, width, t):
+def phase(facts, t: int) -> str:
+    if facts.hold[t]:
         return "carrying"
-    if releasing(close, width, t):
+    if any(facts.hold[t - j] for j in range(1, PHASE_WINDOW + 1) if t - j >= 0):
         return "releasing"
+    if facts.grasp[t]:
+        return "grasping"
     return "moving"
 
 
@@ -123,38 +105,20 @@ def direction(ee_pos: np.ndarray, t: int) -> str:
     return (("forward", "backward"), ("left", "right"), ("up", "down"))[axis][0 if delta[axis] > 0 else 1]
 
 
-def success_step(rewards: np.ndarray, dones: np.ndarray) -> int | None:
-    hits = np.flatnonzero((np.asarray(rewards) > 0) | (np.asarray(dones) > 0))
+def success_step(goal: np.ndarray) -> int | None:
+    """The first step where the task's goal predicates hold (None: never)."""
+    hits = np.flatnonzero(np.asarray(goal, dtype=bool))
     return int(hits[0]) if len(hits) else None
 
 
-def task_done(rewards: np.ndarray, dones: np.ndarray, t: int) -> bool:
-    first = success_step(rewards, dones)
-    return first is not None and t >= first
-
-
-def release_steps(close: np.ndarray, width: np.ndarray) -> list[int]:
-    """The first step of every release (opening right after holding)."""
-    steps = []
-    for t in range(len(close)):
-        if releasing(close, width, t) and not (t > 0 and releasing(close, width, t - 1)):
-            steps.append(t)
-    return steps
-
-
 def steps_done(episode, t: int) -> list[bool]:
-    """Which of the episode's instruction steps are finished by step t."""
-    count = len(episode_steps(episode))
-    if episode.subgoal_done is not None:
-        return [bool(np.any(episode.subgoal_done[: t + 1, k])) for k in range(count)]
-    close, width = closed_command(episode.actions), gripper_width(episode.gripper_states)
-    releases = release_steps(close, width)
-    done = [k < len(releases) and releases[k] <= t for k in range(count - 1)]
-    return done + [task_done(episode.rewards, episode.dones, t)]
+    """Which of the episode's instruction steps are done by step t (their predicates held at some s <= t)."""
+    holds = np.asarray(_facts(episode).step_holds, dtype=bool)
+    return [bool(np.any(holds[: t + 1, k])) for k in range(holds.shape[1])]
 
 
-def progress_level(rewards: np.ndarray, dones: np.ndarray, t: int, length: int) -> int:
-    end = success_step(rewards, dones)
+def progress_level(goal: np.ndarray, t: int, length: int) -> int:
+    end = success_step(goal)
     if end is None:
         p = min(t / max(length - 1, 1), 0.999)
     else:
@@ -180,19 +144,36 @@ def episode_steps(episode) -> tuple[str, ...]:
 
 def frame_labels(episode, t: int) -> dict[str, str | bool | int]:
     """Every rule's label at step t (question type -> label)."""
-    close, width = closed_command(episode.actions), gripper_width(episode.gripper_states)
+    facts = _facts(episode)
     done_steps = steps_done(episode, t)
     first_open = next((k for k, d in enumerate(done_steps) if not d), None)
     return {
         "r2_dir": direction(episode.ee_pos, t),
-        "r2_done": task_done(episode.rewards, episode.dones, t),
+        "r2_done": bool(facts.goal[t]),
         "r2_first": done_steps[0],
-        "r2_grasp": grasping(close, t),
-        "r2_hold": holding(close, width, t),
+        "r2_grasp": bool(facts.grasp[t]),
+        "r2_hold": bool(facts.hold[t]),
         "r2_instr": "finished" if first_open is None else f"step{first_open + 1}",
-        "r2_phase": phase(close, width, t),
-        "r2_prog": progress_level(episode.rewards, episode.dones, t, episode.length),
+        "r2_phase": phase(facts, t),
+        "r2_prog": progress_level(facts.goal, t, episode.length),
     }
+
+
+def with_facts(episodes: list) -> list:
+    """The episodes with their simulator facts: stored in the file (`labels`), else computed by restoring
+    their states in the simulator; without either the file is refused (never labelled by heuristics)."""
+    missing = [e for e in episodes if e.facts is None]
+    if not missing:
+        return episodes
+    from . import libero_sim
+
+    first = missing[0]
+    if not libero_sim.simulator_installed():
+        raise LiberoLabelError(f"{first.source}: {first.name} stores no simulator labels (a 'labels' group) and the "
+                               f"LIBERO simulator is not installed, so its frames cannot be labelled; install it: "
+                               f"{libero_sim.INSTALL}")
+    computed = {id(old): new for old, new in zip(missing, libero_sim.label_episodes(missing))}
+    return [computed.get(id(e), e) for e in episodes]
 
 
 # --------------------------------------------------------------------------- perception: describe
@@ -296,9 +277,10 @@ def frame_questions(episode, t: int, perception: Perception = "describe", abstai
         _binary(context, "Is the instruction fully carried out in this frame?", labels["r2_done"], qid("r2_done"), images),
         _binary(context, f"The first step of the instruction is to {steps[0]}. Is that step already done?",
                 labels["r2_first"], qid("r2_first"), images),
-        _binary(context, "Is the gripper closing on an object right now?", labels["r2_grasp"], qid("r2_grasp"), images),
-        _binary(context, "Is the robot holding an object in its gripper?", labels["r2_hold"], qid("r2_hold"), images),
-        _categorical(context, "Which part of the instruction is the robot working on now?", step_options,
+        _binary(context, "Is the gripper grasping an object right now?", labels["r2_grasp"], qid("r2_grasp"), images),
+        _binary(context, "Is the robot holding an object up in its gripper, off the surface it rested on?",
+                labels["r2_hold"], qid("r2_hold"), images),
+        _categorical(context, "Which part of the instruction is the first one not done yet?", step_options,
                      labels["r2_instr"], qid("r2_instr"), images, abstain),
         _categorical(context, "What is the robot doing at this moment?", list(PHASES), labels["r2_phase"],
                      qid("r2_phase"), images, abstain),
@@ -313,7 +295,7 @@ def frame_questions(episode, t: int, perception: Perception = "describe", abstai
 def _episodes(path: str):
     from jetgym.envs.libero import read_libero
 
-    return read_libero(path)
+    return with_facts(read_libero(path))
 
 
 SET_SUBSETS["libero"] = LIBERO_SUBSETS
@@ -324,16 +306,18 @@ def load_libero(subset: str = "all", limit: int | None = None, path: str | None 
     """LIBERO offline QA: eight questions per rendered frame of every episode in the file.
 
     subset: `all` (views as `describe` text; text-only models) or `images` (both views attached; vision-
-    language models). path: a LIBERO HDF5 file (default: the shipped libero10 set). Ids are
-    `<set>/<task>/<demo>/t<step>/<type>` with set `libero10` for the shipped file, else the file stem.
+    language models). path: a LIBERO HDF5 file or a folder of them (default: the shipped libero10 set, one
+    file per task). Labels come from the simulator's facts (stored in the file, or computed when the simulator
+    is installed); a file with neither is refused. Ids are `<set>/<task>/<demo>/t<step>/<type>` with set
+    `libero10` for the shipped set, else the file or folder name (without `_demo`).
     """
     if subset not in LIBERO_SUBSETS:
         raise ValueError(f"unknown subset {subset!r} for question set 'libero'; known: {', '.join(LIBERO_SUBSETS)}")
-    file = Path(path) if path else DEFAULT_FILE
-    if not file.exists():
+    file = Path(path) if path else DEFAULT_PATH
+    if not file.exists() or (not path and not list(file.glob("*.hdf5"))):
         raise FileNotFoundError(f"no LIBERO question file at {file}" + ("" if path else " (the shipped set is missing: "
                                 "regenerate it, see docs/libero.md)"))
-    set_name = "libero10" if file.resolve() == DEFAULT_FILE.resolve() else file.stem
+    set_name = "libero10" if file.resolve() == DEFAULT_PATH.resolve() else file.stem.removesuffix("_demo")
     perception: Perception = "describe" if subset == "all" else "images"
     questions = [q for episode in _episodes(str(file.resolve())) for t in episode.frames
                  for q in frame_questions(episode, t, perception, set_name=set_name)]

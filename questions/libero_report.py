@@ -132,10 +132,10 @@ def _frame_views(question, path: str | None):
     """(front, wrist) upright images of a question's frame: its own images, else read from the LIBERO file."""
     if question.images:
         return tuple(np.asarray(i) for i in question.images[:2])
-    from .libero import DEFAULT_FILE, _episodes
+    from .libero import DEFAULT_PATH, _episodes
 
     ids = parse_id(question.id)
-    file = path or (str(DEFAULT_FILE) if ids["set"] == "libero10" else None)
+    file = path or (str(DEFAULT_PATH) if ids["set"] == "libero10" else None)
     if file is None or not Path(file).exists():
         return None
     demo, step = ids["frame"].split("/")[-2], int(ids["frame"].rsplit("/t", 1)[1])

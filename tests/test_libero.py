@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,18 +14,29 @@ import pytest
 
 h5py = pytest.importorskip("h5py")
 
-from jetgym.envs.libero import LiberoEpisode, LiberoFormatError, read_libero, upright  # noqa: E402
+from jetgym.envs.libero import LiberoEpisode, LiberoFormatError, StepFacts, read_libero, upright  # noqa: E402
 from jetgym.questions import libero as L  # noqa: E402
+from jetgym.questions import libero_sim  # noqa: E402
+from jetgym.questions.libero_sim import step_predicates  # noqa: E402
 from jetgym.questions.bootstrap import draw_clusters, episode_bootstrap, paired_episode_bootstrap  # noqa: E402
 from jetgym.questions.sets import QUESTION_SETS  # noqa: E402
 
-FIXTURE = Path(__file__).parent / "fixtures" / "libero" / "libero_fixture.hdf5"
+FIXTURE = Path(__file__).parent / "fixtures" / "libero"
+SIMULATOR = pytest.mark.skipif(not libero_sim.simulator_installed(), reason="the libero extra (simulator) is not installed")
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 # ------------------------------------------------------------------ hand-made episodes
 
-def make_episode(close, width=None, ee=None, rewards=None, dones=None, subgoal_done=None, subgoals=None,
+def make_facts(length, grasp=(), hold=(), steps=None, goal=()):
+    """Facts with the given steps set: grasp/hold/goal are step indices, steps a (T, K) array."""
+    flags = lambda where: np.isin(np.arange(length), list(where))  # noqa: E731
+    return StepFacts(grasp=flags(grasp) | flags(hold), hold=flags(hold),
+                     step_holds=np.zeros((length, 2), bool) if steps is None else np.asarray(steps, bool),
+                     goal=flags(goal))
+
+
+def make_episode(close, width=None, ee=None, facts=None, rewards=None, dones=None, subgoals=None,
                  instruction="put both the alphabet soup and the tomato sauce in the basket", frames=None):
     close = np.asarray(close, dtype=bool)
     length = len(close)
@@ -41,27 +52,96 @@ def make_episode(close, width=None, ee=None, rewards=None, dones=None, subgoal_d
         rewards=np.zeros(length) if rewards is None else np.asarray(rewards, dtype=float),
         dones=np.zeros(length) if dones is None else np.asarray(dones, dtype=float), frames=frames,
         images={t: (image, image) for t in frames}, subgoals=subgoals,
-        subgoal_done=None if subgoal_done is None else np.asarray(subgoal_done, dtype=np.uint8))
+        facts=make_facts(length) if facts is None else facts)
 
 
-def test_grasp_hold_release_phase_rules():
-    # open 3 steps, closed for 12 (on an object 0.05 wide), open 12
-    close = [False] * 3 + [True] * 12 + [False] * 12
-    width = [0.08] * 3 + [0.05] * 12 + [0.08] * 12
-    c, w = L.closed_command(np.c_[np.zeros((27, 6)), np.where(close, 1, -1)]), np.array(width)
-    assert [L.grasping(c, t) for t in range(27)] == [False] * 3 + [True] * L.GRASP_WINDOW + [False] * (24 - L.GRASP_WINDOW)
-    assert not L.holding(c, w, 3 + L.GRASP_WINDOW - 1) and L.holding(c, w, 3 + L.GRASP_WINDOW)
-    assert L.releasing(c, w, 15) and L.releasing(c, w, 15 + L.GRASP_WINDOW - 1) and not L.releasing(c, w, 15 + L.GRASP_WINDOW)
-    assert [L.phase(c, w, t) for t in (0, 3, 14, 15, 26)] == ["moving", "grasping", "carrying", "releasing", "moving"]
+def test_phase_rule_from_grasp_and_hold():
+    # grasped on its support 3..5, held (lifted) 6..14, set down and let go at 15
+    facts = make_facts(27, grasp=range(3, 6), hold=range(6, 15))
+    assert [L.phase(facts, t) for t in (0, 3, 5, 6, 14, 15, 14 + L.PHASE_WINDOW, 15 + L.PHASE_WINDOW)] == [
+        "moving", "grasping", "grasping", "carrying", "carrying", "releasing", "releasing", "moving"]
 
 
-def test_grasp_at_first_step_and_hold_threshold_edges():
-    closed = np.ones(20, dtype=bool)
-    assert not L.grasping(closed, 0)  # no history: the gripper was not seen closing
-    at = np.full(20, L.HOLD_MIN_WIDTH)
-    assert not L.holding(closed, at, 15)  # exactly at the threshold: fingers closed on nothing
-    assert L.holding(closed, at + 1e-6, 15)
-    assert not L.holding(np.zeros(20, dtype=bool), np.full(20, 0.05), 15)  # open gripper holds nothing
+def test_closed_gripper_on_nothing_is_no_grasp():
+    # the gripper is commanded closed and its fingers are shut (0.2 mm apart) with no object between them:
+    # the simulator finds no finger contact, so no grasp, no hold, the phase is "moving"
+    close = [False] * 3 + [True] * 20
+    ep = make_episode(close, [0.08] * 3 + [0.0002] * 20)
+    labels = [L.frame_labels(ep, t) for t in (4, 10, 22)]
+    assert [x["r2_grasp"] for x in labels] == [False] * 3 and [x["r2_hold"] for x in labels] == [False] * 3
+    assert {x["r2_phase"] for x in labels} == {"moving"}
+
+
+def test_thin_grasp_is_a_hold():
+    # a mug handle keeps the fingers 0.6 cm apart; the simulator sees it grasped and off the table
+    close = [False] * 3 + [True] * 20
+    ep = make_episode(close, [0.08] * 3 + [0.006] * 20, facts=make_facts(23, grasp=[3, 4], hold=range(5, 23)))
+    labels = L.frame_labels(ep, 12)
+    assert labels["r2_grasp"] and labels["r2_hold"] and labels["r2_phase"] == "carrying"
+
+
+def test_pick_and_place_split_counts_step_one_done_while_carrying():
+    instruction = "pick up the book and place it in the back compartment of the caddy"
+    steps = L.split_instruction(instruction)
+    assert steps == ("pick up the book", "place it in the back compartment of the caddy")
+    goal = [["in", "black_book_1", "desk_caddy_1_back_contain_region"]]
+    specs = step_predicates(steps, goal)
+    assert specs == [[["hold", "black_book_1"]], [["goal", 0]]]
+    # what the simulator gives for those predicates: the book held 10..29 (step 1), placed at 35 (step 2)
+    holds = np.zeros((40, 2), bool)
+    holds[10:30, 0] = True
+    holds[35:, 1] = True
+    ep = make_episode([False] * 40, instruction=instruction, facts=make_facts(40, hold=range(10, 30), steps=holds,
+                                                                               goal=range(35, 40)))
+    carrying = L.frame_labels(ep, 20)
+    assert carrying["r2_first"] and carrying["r2_instr"] == "step2" and not carrying["r2_done"]
+    after = L.frame_labels(ep, 32)  # released, not yet in the caddy: step 1 stays done
+    assert after["r2_first"] and after["r2_instr"] == "step2"
+    assert L.frame_labels(ep, 36)["r2_instr"] == "finished"
+
+
+def test_step_predicates_rules_and_errors():
+    goal = [["on", "a_1", "plate_1"], ["on", "b_1", "plate_2"], ["turnon", "stove_1"]]
+    assert step_predicates(("put a", "put b"), goal) == [[["goal", 0]], [["goal", 1], ["goal", 2]]]
+    assert step_predicates(("do it all",), goal) == [[["goal", 0], ["goal", 1], ["goal", 2]]]
+    with pytest.raises(ValueError, match="more steps than the task's 1 goal predicates"):
+        step_predicates(("a", "b", "c"), goal[:1])
+    with pytest.raises(ValueError, match="no binary goal predicate"):
+        step_predicates(("pick up the stove", "turn it on"), [["turnon", "stove_1"]])
+
+
+def test_last_step_of_a_failed_official_file_is_not_done():
+    # LIBERO's create_dataset marks rewards and dones 1 at the last step whatever happened; the goal
+    # predicates never held, so the task is not done and progress never reaches "finished"
+    length = 30
+    marked = np.zeros(length)
+    marked[-1] = 1
+    ep = make_episode([False] * length, rewards=marked, dones=marked)
+    last = L.frame_labels(ep, length - 1)
+    assert not last["r2_done"] and last["r2_prog"] == 3 and last["r2_instr"] == "step1"
+    assert not L.frame_labels(ep, 0)["r2_first"]
+
+
+def test_done_is_the_goal_at_that_state_not_the_file_marks():
+    length = 41
+    holds = np.zeros((length, 2), bool)
+    holds[10:12, 0] = True  # predicate held briefly: the step stays done
+    holds[30:, 1] = True
+    ep = make_episode([False] * length, facts=make_facts(length, steps=holds, goal=range(30, 41)), subgoals=["first", "second"])
+    labels = [L.frame_labels(ep, t) for t in (0, 9, 10, 29, 30, 40)]
+    assert [x["r2_first"] for x in labels] == [False, False, True, True, True, True]
+    assert [x["r2_instr"] for x in labels] == ["step1", "step1", "step2", "step2", "finished", "finished"]
+    assert [x["r2_done"] for x in labels] == [False, False, False, False, True, True]  # frames after success: done
+    assert [x["r2_prog"] for x in labels] == [0, 1, 1, 3, 4, 4]
+    assert L.progress_level(np.arange(length) >= 40, 20, length) == 2  # exactly 0.5: upper level
+    assert L.progress_level(np.zeros(length, bool), length - 1, length) == 3  # a failed attempt never reaches "finished"
+
+
+def test_episode_without_facts_is_not_labelled():
+    ep = make_episode([False] * 5)
+    object.__setattr__(ep, "facts", None)
+    with pytest.raises(L.LiberoLabelError, match="has no simulator facts"):
+        L.frame_labels(ep, 0)
 
 
 def test_direction_rule_axes_stay_threshold_and_last_frame():
@@ -83,37 +163,6 @@ def test_direction_rule_axes_stay_threshold_and_last_frame():
     assert L.direction(moving, steps - 3) == "forward"  # horizon clipped at the end
 
 
-def test_done_progress_and_steps_with_recorded_subgoals():
-    length = 41
-    rewards = np.zeros(length)
-    rewards[40] = 1
-    sub = np.zeros((length, 2))
-    sub[10:12, 0] = 1  # predicate held briefly: the step stays done
-    sub[40, 1] = 1
-    ep = make_episode([False] * length, rewards=rewards, subgoal_done=sub, subgoals=["first", "second"])
-    assert not L.task_done(ep.rewards, ep.dones, 39) and L.task_done(ep.rewards, ep.dones, 40)  # the last frame
-    labels = [L.frame_labels(ep, t) for t in (0, 9, 10, 30, 40)]
-    assert [x["r2_first"] for x in labels] == [False, False, True, True, True]
-    assert [x["r2_instr"] for x in labels] == ["step1", "step1", "step2", "step2", "finished"]
-    assert [x["r2_prog"] for x in labels] == [0, 0, 1, 3, 4]
-    assert L.progress_level(rewards, np.zeros(length), 20, length) == 2  # exactly 0.5: upper level
-    failed = np.zeros(length)
-    assert L.progress_level(failed, failed, length - 1, length) == 3  # a failed attempt never reaches "finished"
-
-
-def test_steps_without_subgoals_come_from_releases_and_success():
-    close = [False] * 2 + [True] * 12 + [False] * 10 + [True] * 12 + [False] * 6
-    width = [0.08] * 2 + [0.05] * 12 + [0.08] * 10 + [0.05] * 12 + [0.08] * 6
-    dones = np.zeros(len(close))
-    dones[-1] = 1
-    ep = make_episode(close, width, dones=dones)
-    assert L.episode_steps(ep) == ("put the alphabet soup in the basket", "put the tomato sauce in the basket")
-    assert L.steps_done(ep, 13) == [False, False]
-    assert L.steps_done(ep, 14) == [True, False]  # first release
-    assert L.steps_done(ep, len(close) - 2) == [True, False]  # second release, but not the success step yet
-    assert L.steps_done(ep, len(close) - 1) == [True, True]
-
-
 @pytest.mark.parametrize("instruction, steps", [
     ("put both the alphabet soup and the cream cheese box in the basket",
      ("put the alphabet soup in the basket", "put the cream cheese box in the basket")),
@@ -128,7 +177,8 @@ def test_split_instruction(instruction, steps):
 
 def test_frame_questions_kinds_ids_shared_context_and_no_state_leak():
     length = 30
-    ep = make_episode([False] * 5 + [True] * 25, [0.08] * 5 + [0.04] * 25, ee=np.c_[np.zeros((length, 2)), np.linspace(0, 0.3, length)])
+    ep = make_episode([False] * 5 + [True] * 25, [0.08] * 5 + [0.04] * 25, ee=np.c_[np.zeros((length, 2)), np.linspace(0, 0.3, length)],
+                      facts=make_facts(length, grasp=range(5, 8), hold=range(8, 30)))
     questions = L.frame_questions(ep, 16)
     assert [q.id.rsplit("/", 1)[1] for q in questions] == list(L.QUESTION_TYPES)
     assert questions[0].id == "libero10/task/demo_0/t016/r2_dir"
@@ -156,8 +206,10 @@ def test_describe_is_from_pixels():
 
 # ------------------------------------------------------------------ reader
 
-def write_real_layout(path: Path, length: int = 30, instruction: str = "put both the alphabet soup and the tomato sauce in the basket"):
-    """A file as LIBERO's own demos are: every step has images, problem_info on `data`, no extras."""
+def write_real_layout(path: Path, length: int = 30, labels: bool = False, states: bool = True,
+                      instruction: str = "put both the alphabet soup and the tomato sauce in the basket"):
+    """A file as LIBERO's own demos are: every step has images, problem_info on `data`, rewards and dones 1 only
+    at the last step; `labels` adds stored simulator facts (the goal holds from step 20 on)."""
     with h5py.File(path, "w") as file:
         data = file.create_group("data")
         data.attrs["problem_info"] = json.dumps({"language_instruction": instruction})
@@ -175,29 +227,64 @@ def write_real_layout(path: Path, length: int = 30, instruction: str = "put both
             for key, shape in (("joint_states", 7), ("ee_ori", 3), ("ee_states", 6)):
                 obs[key] = np.zeros((length, shape))
             demo["actions"] = np.zeros((length, 7))
-            rewards = np.zeros(length)
-            rewards[-1] = 1
-            demo["rewards"] = rewards
-            demo["dones"] = rewards
-            demo["states"] = np.zeros((length, 5))
+            marked = np.zeros(length)
+            marked[-1] = 1
+            demo["rewards"] = marked
+            demo["dones"] = marked
+            if states:
+                demo["states"] = np.zeros((length, 5))
             demo["robot_states"] = np.zeros((length, 9))
             demo.attrs["num_samples"] = length
+            if labels:
+                group = demo.create_group("labels")
+                group["grasp"] = np.zeros(length, np.uint8)
+                group["hold"] = np.zeros(length, np.uint8)
+                group["goal"] = (np.arange(length) >= 20).astype(np.uint8)
+                group["step_holds"] = np.stack([np.arange(length) >= 10, np.arange(length) >= 20], 1).astype(np.uint8)
 
 
-def test_reader_on_real_layout(tmp_path):
+def test_reader_on_real_layout_with_stored_labels(tmp_path):
     path = tmp_path / "KITCHEN_SCENE1_task_demo.hdf5"
-    write_real_layout(path)
+    write_real_layout(path, labels=True)
     episodes = read_libero(path)
     assert [e.name for e in episodes] == ["demo_0", "demo_1"]
     ep = episodes[0]
-    assert ep.task == "KITCHEN_SCENE1_task" and ep.subgoals is None and ep.length == 30
+    assert ep.task == "KITCHEN_SCENE1_task" and ep.subgoals is None and ep.length == 30 and ep.states.shape == (30, 5)
     assert ep.frames[0] == 0 and ep.frames[-1] == 29 and len(ep.frames) == 10
     agent, _ = ep.views(29)
     assert (agent[-1] == 255).all() and (upright(agent)[0] == 255).all()
     questions = L.load_libero(path=str(path))
-    assert len(questions) == 2 * 10 * 8 and questions[0].id.startswith("KITCHEN_SCENE1_task_demo/")
-    done = [q for q in questions if q.id.endswith("/r2_done")]
-    assert [q.gold for q in done[:10]] == [0] * 9 + [1]  # only the last frame is done
+    assert len(questions) == 2 * 10 * 8 and questions[0].id.startswith("KITCHEN_SCENE1_task/")
+    done = [q.gold for q in questions if q.id.endswith("/r2_done")][:10]
+    frames = ep.frames
+    assert done == [int(t >= 20) for t in frames]  # the goal's steps, not the file's last-step marks
+    assert sum(done) > 1
+
+
+def test_real_file_without_labels_or_simulator_is_refused(tmp_path, monkeypatch):
+    path = tmp_path / "KITCHEN_SCENE1_task_demo.hdf5"
+    write_real_layout(path)
+    monkeypatch.setattr(libero_sim, "simulator_installed", lambda: False)
+    with pytest.raises(L.LiberoLabelError, match=r"demo_0 stores no simulator labels .* install it: pip install 'jetgym\[libero\]'"):
+        L.load_libero(path=str(path))
+    bare = tmp_path / "no_states_demo.hdf5"
+    write_real_layout(bare, states=False)
+    monkeypatch.setattr(libero_sim, "simulator_installed", lambda: True)
+    with pytest.raises(L.LiberoLabelError, match="demo_0 has no simulator `states`"):
+        L.load_libero(path=str(bare))
+
+
+def test_stored_labels_errors(tmp_path):
+    path = tmp_path / "x_demo.hdf5"
+    write_real_layout(path, labels=True)
+    with h5py.File(path, "a") as file:
+        del file["data/demo_1/labels/goal"]
+    with pytest.raises(LiberoFormatError, match=r"data/demo_1/labels: missing goal"):
+        read_libero(path)
+    with h5py.File(path, "a") as file:
+        file["data/demo_1/labels/goal"] = np.zeros(7, np.uint8)
+    with pytest.raises(ValueError, match="StepFacts.hold has 30 steps|StepFacts.goal has 7 steps"):
+        read_libero(path)
 
 
 def test_reader_errors(tmp_path):
@@ -212,24 +299,35 @@ def test_reader_errors(tmp_path):
         file.create_group("other")
     with pytest.raises(LiberoFormatError, match="no 'data' group"):
         read_libero(path)
-    write_real_layout(path)
+    write_real_layout(path, labels=True)
     with pytest.raises(LiberoFormatError, match="outside the episode"):
         read_libero(path, frames=[99])
     with pytest.raises(ValueError, match="unknown subset 'x' for question set 'libero'"):
         L.load_libero(subset="x", path=str(path))
 
 
-@pytest.mark.skipif(not FIXTURE.exists(), reason="fixture not rendered")
+@pytest.mark.skipif(not list(FIXTURE.glob("*.hdf5")), reason="fixture not rendered")
 def test_reader_on_rendered_fixture():
     episodes = read_libero(FIXTURE)
-    assert episodes and all(e.subgoals and e.subgoal_done.shape == (e.length, len(e.subgoals)) for e in episodes)
-    with h5py.File(FIXTURE) as file:
-        demo = file["data/demo_0"]
-        for key in ("agentview_rgb", "eye_in_hand_rgb", "gripper_states", "joint_states", "ee_pos", "ee_ori", "ee_states"):
-            assert key in demo["obs"]
-        for key in ("actions", "states", "robot_states", "rewards", "dones"):
-            assert key in demo
-        assert {"env_args", "problem_info", "bddl_file_name", "num_demos", "total"} <= set(file["data"].attrs)
+    assert episodes and all(e.subgoals and e.facts.step_holds.shape == (e.length, len(e.subgoals)) for e in episodes)
+    for file_path in sorted(FIXTURE.glob("*.hdf5")):
+        with h5py.File(file_path) as file:
+            data = file["data"]
+            demo = data["demo_0"]
+            for key in ("agentview_rgb", "eye_in_hand_rgb", "gripper_states", "joint_states", "ee_pos", "ee_ori", "ee_states"):
+                assert key in demo["obs"]
+            for key in ("actions", "states", "robot_states", "rewards", "dones", "labels"):
+                assert key in demo
+            assert {"model_file", "init_state", "num_samples"} <= set(demo.attrs)
+            assert (demo.attrs["init_state"] == demo["states"][0]).all()
+            assert {"env_args", "problem_info", "bddl_file_name", "bddl_file_content", "num_demos", "total",
+                    "macros_image_convention", "env_name"} <= set(data.attrs)
+            env_args = json.loads(data.attrs["env_args"])
+            assert env_args["env_kwargs"]["robots"] == ["Panda"]
+            assert env_args["env_kwargs"]["controller_configs"]["type"] == "OSC_POSE"
+            info = json.loads(data.attrs["problem_info"])
+            assert info["language_instruction"] and file_path.name.startswith(Path(data.attrs["bddl_file_name"]).stem)
+            assert demo["dones"][-1] == 1 and not demo["dones"][:-1].any()
     for ep in episodes:
         assert ep.gripper_states.shape == (ep.length, 2) and ep.actions.shape == (ep.length, 7)
         agent, wrist = ep.views(ep.frames[0])
@@ -238,12 +336,30 @@ def test_reader_on_rendered_fixture():
     assert len(questions) == 8 * sum(len(e.frames) for e in episodes)
 
 
+def shipped_files():
+    return sorted(L.DEFAULT_PATH.glob("*.hdf5"))
+
+
 def test_shipped_set_loads_and_is_registered():
-    if not L.DEFAULT_FILE.exists():
+    if not shipped_files():
         pytest.skip("shipped set not rendered")
     assert QUESTION_SETS.get("libero") is L.load_libero
     questions = L.load_libero(limit=16)
     assert len(questions) == 16 and questions[0].id.startswith("libero10/")
+
+
+def test_shipped_set_keeps_successes_failures_and_thin_grasps():
+    if not shipped_files():
+        pytest.skip("shipped set not rendered")
+    episodes = read_libero(L.DEFAULT_PATH)
+    assert len({e.source for e in episodes}) == 10 and all(e.facts is not None for e in episodes)
+    goal_at_end = [bool(e.facts.goal[-1]) for e in episodes]
+    assert any(goal_at_end) and not all(goal_at_end)
+    assert all(e.success == g for e, g in zip(episodes, goal_at_end))
+    # a grasp whose fingers stay under 1 cm apart (a mug handle) is still a hold in the stored facts
+    thin = [(e, t) for e in episodes for t in np.flatnonzero(e.facts.hold)
+            if e.gripper_states[t, 0] - e.gripper_states[t, 1] < 0.01]
+    assert thin
 
 
 # ------------------------------------------------------------------ bootstrap
@@ -354,7 +470,7 @@ def test_env_passes_checker_and_replays_frames():
 
 
 def test_run_qa_end_to_end(tmp_path, fake_scorer):
-    if not L.DEFAULT_FILE.exists():
+    if not shipped_files():
         pytest.skip("shipped set not rendered")
     from hydra import compose, initialize_config_dir
 
@@ -373,10 +489,143 @@ def test_run_qa_end_to_end(tmp_path, fake_scorer):
     assert report["frames"] == 3 and "## LIBERO offline QA" in (tmp_path / "report.md").read_text()
 
 
-@pytest.mark.skipif(importlib.util.find_spec("libero") is None, reason="the libero extra (simulator) is not installed")
+# ------------------------------------------------------------------ with the simulator (the libero extra)
+
+MUG_TASK = "LIVING_ROOM_SCENE5_put_the_white_mug_on_the_left_plate_and_put_the_yellow_and_white_mug_on_the_right_plate"
+
+
+@SIMULATOR
 def test_renderer_records_official_layout(tmp_path):
-    out = tmp_path / "one.hdf5"
-    subprocess.run([sys.executable, "-m", "jetgym.scripts.render_libero", "--out", str(out), "--tasks", "0",
+    subprocess.run([sys.executable, "-m", "jetgym.scripts.render_libero", "--out", str(tmp_path), "--tasks", "4",
                     "--episodes", "1", "--frames", "3", "--max-steps", "60"], check=True, timeout=600)
-    episodes = read_libero(out)
+    assert [p.name for p in tmp_path.glob("*.hdf5")] == [f"{MUG_TASK}_demo.hdf5"]
+    episodes = read_libero(tmp_path)
     assert len(episodes) == 1 and len(episodes[0].frames) == 3 and episodes[0].length == 60
+    ep = episodes[0]
+    assert ep.model_file and ep.subgoal_predicates == [[["goal", 0]], [["goal", 1]]] and ep.facts.step_holds.shape == (60, 2)
+    agent, wrist = ep.views(ep.frames[-1])
+    assert agent.std() > 5 and wrist.std() > 5
+    summary = json.loads((tmp_path / "render_summary.json").read_text())
+    assert summary["steps"] == 60 and 0 <= summary["blocked_share"] <= 1
+
+
+@SIMULATOR
+def test_audit_of_a_shipped_sample_agrees_on_every_type():
+    files = [p for p in shipped_files() if p.name.startswith(MUG_TASK)]
+    if not files:
+        pytest.skip("shipped set not rendered")
+    run = subprocess.run([sys.executable, "-m", "jetgym.scripts.render_libero", "--audit", str(files[0]),
+                          "--audit-demos", "1"], capture_output=True, text=True, timeout=600)
+    report = json.loads(run.stdout)
+    assert run.returncode == 0 and report["agree"] and report["episodes"] == 1
+    assert set(report["by_type"]) == set(L.QUESTION_TYPES)
+    assert all(v["agree"] == v["frames"] > 0 for v in report["by_type"].values())
+    assert all(v["agree"] == v["steps"] > 0 for v in report["facts"].values())
+
+
+@SIMULATOR
+def test_audit_finds_a_stored_label_the_simulator_disagrees_with(tmp_path):
+    files = [p for p in shipped_files() if p.name.startswith(MUG_TASK)]
+    if not files:
+        pytest.skip("shipped set not rendered")
+    copy = tmp_path / files[0].name
+    copy.write_bytes(files[0].read_bytes())
+    with h5py.File(copy, "a") as file:
+        demo = file["data/demo_0"]
+        frames = [int(t) for t in demo.attrs["rendered_frames"]]
+        hold = demo["labels/hold"][()]
+        t = next(t for t in frames if hold[t])
+        hold[t] = 0  # a stored "not held" where the simulator sees the mug carried
+        demo["labels/hold"][...] = hold
+    report = libero_sim.audit(copy, demos=1)
+    assert not report["agree"] and report["facts"]["hold"]["agree"] == report["facts"]["hold"]["steps"] - 1
+    assert {"id": f"{MUG_TASK}_demo/{MUG_TASK}/demo_0/t{t:03d}/r2_hold", "stored": False, "simulator": True} in report["disagreements"]
+    assert report["by_type"]["r2_grasp"]["agree"] == report["by_type"]["r2_grasp"]["frames"]
+
+
+def record_like_libero(path: Path, source: LiberoEpisode, windows: list[tuple[np.ndarray, np.ndarray]]) -> None:
+    """A file made the way LIBERO's `create_dataset.py --use-camera-obs` makes one, with LIBERO's classes: the
+    recorded scene rebuilt from `model_file`, each window replayed from its start state, observations recorded
+    after each action, `states` before it, rewards and dones 1 only at the last step, no jetgym extras."""
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
+    from libero.libero.envs import OffScreenRenderEnv
+    from libero.libero.utils.utils import postprocess_model_xml
+    from robosuite import macros
+    from robosuite.utils.transform_utils import quat2axisangle
+
+    bddl = libero_sim.resolve_bddl(source.bddl_file_name, source.bddl_file_content)
+    env = OffScreenRenderEnv(bddl_file_name=bddl, camera_heights=128, camera_widths=128)
+    env.reset()
+    env.reset_from_xml_string(postprocess_model_xml(source.model_file, {}))
+    env.sim.reset()
+    with h5py.File(path, "w") as file:
+        data = file.create_group("data")
+        for i, (start, actions) in enumerate(windows):
+            env.sim.set_state_from_flattened(start)
+            env.sim.forward()
+            # a window starts mid-episode: the arm controller re-reads the pose, the gripper ramp starts open
+            env.env.robots[0].controller.update(force=True)
+            env.env.robots[0].gripper.current_action = np.array([1.0, -1.0])
+            states, rows = [], []
+            for action in actions:
+                states.append(env.sim.get_state().flatten())
+                obs, *_ = env.step(action.tolist())
+                rows.append(obs)
+            demo = data.create_group(f"demo_{i}")
+            group = demo.create_group("obs")
+            group["agentview_rgb"] = np.stack([r["agentview_image"] for r in rows])
+            group["eye_in_hand_rgb"] = np.stack([r["robot0_eye_in_hand_image"] for r in rows])
+            group["gripper_states"] = np.stack([r["robot0_gripper_qpos"] for r in rows])
+            group["joint_states"] = np.stack([r["robot0_joint_pos"] for r in rows])
+            group["ee_pos"] = np.stack([r["robot0_eef_pos"] for r in rows])
+            group["ee_ori"] = np.stack([quat2axisangle(r["robot0_eef_quat"]) for r in rows])
+            group["ee_states"] = np.c_[group["ee_pos"][()], group["ee_ori"][()]]
+            demo["actions"] = np.asarray(actions)
+            demo["states"] = np.asarray(states)
+            demo["robot_states"] = np.zeros((len(actions), 9))
+            marked = np.zeros(len(actions), np.uint8)
+            marked[-1] = 1
+            demo["rewards"], demo["dones"] = marked, marked
+            demo.attrs["num_samples"] = len(actions)
+            demo.attrs["model_file"] = source.model_file
+            demo.attrs["init_state"] = states[0]
+        data.attrs["env_name"] = "Libero_Living_Room_Tabletop_Manipulation"
+        data.attrs["problem_info"] = json.dumps({"problem_name": "libero_living_room_tabletop_manipulation",
+                                                 "domain_name": "robosuite", "language_instruction": source.instruction})
+        data.attrs["macros_image_convention"] = macros.IMAGE_CONVENTION
+        data.attrs["env_args"] = json.dumps({"type": 1, "env_kwargs": {"robots": ["Panda"]}})
+        data.attrs["bddl_file_name"] = source.bddl_file_name
+        data.attrs["bddl_file_content"] = source.bddl_file_content
+        data.attrs["num_demos"] = len(windows)
+        data.attrs["total"] = sum(len(a) for _, a in windows)
+    env.close()
+
+
+@SIMULATOR
+def test_file_from_libero_recording_path_is_labelled_by_the_simulator(tmp_path):
+    files = [p for p in shipped_files() if p.name.startswith(MUG_TASK)]
+    if not files:
+        pytest.skip("shipped set not rendered")
+    source = next(e for e in read_libero(files[0]) if e.facts.goal[-1])
+    width = source.gripper_states[:, 0] - source.gripper_states[:, 1]
+    # windows start with the gripper open: its command ramp is the controller's, not in the simulator state
+    start = int(np.flatnonzero(source.actions[:, -1] > 0)[0]) - 5  # just before the first grasp closes
+    end = int(np.flatnonzero(source.facts.hold)[0]) + 16  # cut while carrying: a failure
+    assert width[end - 1] < 0.01  # the mug handle: fingers under 1 cm apart
+    close_on_nothing = np.tile([0, 0, 0.3, 0, 0, 0, 1.0], (15, 1))  # lift off and shut the empty gripper
+    windows = [(source.states[-20], source.actions[-20:]),  # the end of the success (the gripper is open)
+               (source.states[start], source.actions[start:end]),
+               (source.states[0], close_on_nothing)]
+    carry = end - start - 1  # the last step of the carry window
+    path = tmp_path / f"{MUG_TASK}_demo.hdf5"
+    record_like_libero(path, source, windows)
+    episodes = read_libero(path)
+    assert all(e.facts is None and e.subgoals is None for e in episodes)  # nothing but LIBERO's own fields
+    questions = {q.id: q for q in L.load_libero(path=str(path))}  # labels from restoring every state
+    gold = lambda demo, t, qtype: questions[f"{MUG_TASK}/{MUG_TASK}/demo_{demo}/t{t:03d}/{qtype}"].gold  # noqa: E731
+    assert gold(0, 19, "r2_done") == 1 and gold(0, 19, "r2_instr") == "finished"
+    assert gold(1, carry, "r2_done") == 0 and gold(1, carry, "r2_prog") < 4  # dones mark the last step, the goal fails
+    assert gold(1, carry, "r2_hold") == 1 and gold(1, carry, "r2_phase") == "carrying"  # a thin grasp is a hold
+    shut = read_libero(path)[2].gripper_states[-1]
+    assert shut[0] - shut[1] < 0.01 and gold(2, 14, "r2_grasp") == 0 and gold(2, 14, "r2_phase") == "moving"
