@@ -67,14 +67,14 @@ def request_groups(requests: list[tuple[Any, list[int], list[int]]], max_length:
 @register_model("jetgym")
 class JetgymLM(TemplateLM):
     """lm-eval model args: model (a jetgym model spec: the embedded `smollm2-135m-instruct`, a local Hugging Face
-    folder or a hub id), dtype (float32, bfloat16, float16, auto), placement (cpu, cuda, auto, offload_experts),
+    folder or a hub id), dtype (float32, bfloat16, float16, auto), placement (cpu, cuda, auto, offload_experts;
+    default: lm-eval's `device` when it names a usable cpu/cuda/cuda:N, else cpu),
     max_batch_tokens (tokens per packed call), min_shared_prefix (common leading tokens for contexts to share a
     row; 0: off), adapter (passed to the scorer where this jetgym has adapters), max_length (the window lm-eval
     truncates to; default as lm-eval's HF backend), add_bos_token, prefix_token_id, max_gen_toks.
-    lm-eval's `batch_size`/`max_batch_size` are accepted and unused (calls are filled by tokens); `device`
-    (cpu, cuda, cuda:N) sets the placement's device."""
+    lm-eval's `batch_size`/`max_batch_size` are accepted and unused (calls are filled by tokens)."""
 
-    def __init__(self, model: str = "smollm2-135m-instruct", dtype: str = "float32", placement: str = "cpu",
+    def __init__(self, model: str = "smollm2-135m-instruct", dtype: str = "float32", placement: str | None = None,
                  max_batch_tokens: int = 1024, min_shared_prefix: int = 32, adapter: str | None = None,
                  max_length: int | None = None, add_bos_token: bool | None = None, prefix_token_id: int | None = None,
                  max_gen_toks: int = 256, device: str | None = None, **lm_eval_args):
@@ -111,19 +111,24 @@ class JetgymLM(TemplateLM):
     # ------------------------------------------------------------ set-up
 
     @staticmethod
-    def _device_placement(placement: str, device: str | None) -> str:
-        """The placement device: `placement`, or lm-eval's `device` (cpu, cuda, cuda:N) when given."""
-        if device is not None:
-            name = str(device).split(":")[0]
-            if name not in ("cpu", "cuda"):
-                raise ValueError(f"device {device!r} is not supported by the jetgym model: use cpu, cuda or cuda:N "
-                                 f"(or placement=auto|offload_experts in model_args)")
-            if ":" in str(device) and torch.cuda.is_available():
-                torch.cuda.set_device(int(str(device).split(":")[1]))
-            return name
-        if placement not in DEVICES:
-            raise ValueError(f"placement {placement!r} is unknown; known: {', '.join(DEVICES)}")
-        return placement
+    def _device_placement(placement: str | None, device: str | None) -> str:
+        """The placement device: `placement` when given; else lm-eval's `device` (cpu, cuda, cuda:N; the CLI passes
+        cuda by default, so cuda without a GPU falls back to cpu as lm-eval's HF backend does); else cpu."""
+        if placement is not None:
+            if placement not in DEVICES:
+                raise ValueError(f"placement {placement!r} is unknown; known: {', '.join(DEVICES)}")
+            return placement
+        if device is None:
+            return "cpu"
+        name, _, index = str(device).partition(":")
+        if name not in ("cpu", "cuda"):
+            raise ValueError(f"device {device!r} is not supported by the jetgym model: use cpu, cuda or cuda:N "
+                             f"(or placement=auto|offload_experts in model_args)")
+        if name == "cuda" and not torch.cuda.is_available():
+            return "cpu"
+        if index:
+            torch.cuda.set_device(int(index))
+        return name
 
     @staticmethod
     def _join_ranks(placement: str) -> tuple[int, int]:
