@@ -272,12 +272,3 @@ def test_cli_runs_offline_with_cache_limit_fewshot_and_samples(tiny, tmp_path):
     assert "acc" in runs[0].stdout and runs[0].stdout.split("|acc")[1] == runs[1].stdout.split("|acc")[1]
     assert "Cached requests: 12, Requests remaining: 0" in runs[1].stderr
     assert list((tmp_path / "out").rglob("samples_jetgym_mmlu285_cloze_*.jsonl"))
-
-
-@pytest.mark.slow
-def test_readme_lm_eval_example_runs(tmp_path):
-    readme = (ROOT / "README.md").read_text()
-    block = next(b for b in readme.split("```python\n")[1:] if "simple_evaluate" in b).split("```")[0]
-    out = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "acc" in out.stdout
