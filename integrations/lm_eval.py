@@ -186,6 +186,19 @@ class JetgymLM(TemplateLM):
         encoding = self.tokenizer.encode(string, **special)
         return encoding[-left_truncate_len:] if left_truncate_len else encoding
 
+    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        """`--apply_chat_template`: the tokenizer's chat template, as lm-eval's HF backend renders it."""
+        import jinja2
+
+        def render(history):
+            return self.tokenizer.apply_chat_template(history, tokenize=False,
+                                                      add_generation_prompt=add_generation_prompt,
+                                                      continue_final_message=not add_generation_prompt)
+        try:
+            return render(chat_history)
+        except jinja2.exceptions.TemplateError:  # templates without a system role: drop it, as the HF backend does
+            return render([message for message in chat_history if message["role"] != "system"])
+
     # ------------------------------------------------------------ data parallel (torchrun)
 
     def all_gather(self, tensor):

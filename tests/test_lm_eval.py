@@ -272,3 +272,36 @@ def test_cli_runs_offline_with_cache_limit_fewshot_and_samples(tiny, tmp_path):
     assert "acc" in runs[0].stdout and runs[0].stdout.split("|acc")[1] == runs[1].stdout.split("|acc")[1]
     assert "Cached requests: 12, Requests remaining: 0" in runs[1].stderr
     assert list((tmp_path / "out").rglob("samples_jetgym_mmlu285_cloze_*.jsonl"))
+
+
+def test_chat_template_renders_as_the_hf_backend(backends):
+    hf, jet = backends
+    question = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    prefill = question + [{"role": "assistant", "content": "Hello"}]
+    assert jet.apply_chat_template(question, True) == hf.apply_chat_template(question, True)
+    assert jet.apply_chat_template(prefill, False) == hf.apply_chat_template(prefill, False)
+
+
+@pytest.mark.slow
+def test_two_ranks_under_torchrun_give_the_one_process_metrics(tiny, tmp_path):
+    folder = write_task(tmp_path)
+    script = tmp_path / "evaluate.py"
+    script.write_text(
+        "import json, os, sys\n"
+        "from lm_eval import simple_evaluate\nfrom lm_eval.tasks import TaskManager\n"
+        "from jetgym.integrations.lm_eval import JetgymLM\n"
+        f"lm = JetgymLM(model={str(tiny)!r})\n"
+        f"r = simple_evaluate(model=lm, tasks=['jetgym_tiny'], task_manager=TaskManager(include_path={str(folder)!r}))\n"
+        "if lm.rank == 0:\n"
+        "    json.dump(r['results']['jetgym_tiny'], open(sys.argv[1], 'w'), default=str)\n")
+    environ = {**os.environ, "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    single = subprocess.run([sys.executable, str(script), str(tmp_path / "one.json")], env=environ,
+                            capture_output=True, text=True, timeout=600)
+    assert single.returncode == 0, single.stderr[-3000:]
+    ranks = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                            str(script), str(tmp_path / "two.json")], env=environ, capture_output=True, text=True,
+                           timeout=600)
+    assert ranks.returncode == 0, ranks.stderr[-3000:]
+    one, two = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("one", "two"))
+    for metric in ("acc,none", "acc_norm,none", "acc_mutual_info,none"):
+        assert two[metric] == one[metric]
