@@ -132,7 +132,9 @@ def render(r: dict) -> str:
              f"Protocol: one process; per workload every method runs `lm_eval.simple_evaluate` (tasks, metrics, "
              f"`log_samples` included) once untimed on 2 documents, then {r['rounds']} timed runs interleaved in an "
              "order that rotates each round. Median [interquartile range] and first pass, seconds. Agreement: "
-             "against the HF backend in the same dtype, every request (fp32 bound: 1e-4 + 1e-5 per token).", ""]
+             "against the HF backend in the same dtype, every request (fp32 bound: 1e-4 + 1e-5 per token); in "
+             "bfloat16 the HF backend also takes log_softmax in bfloat16 (its `softmax_dtype` unset), jetgym in "
+             "float32 from the bfloat16 logits, so bf16 values differ by more than the model's rounding.", ""]
     for name, w in r["workloads"].items():
         shots = f", {w['num_fewshot']}-shot" if w["num_fewshot"] else ""
         limit = f", first {w['limit']} documents" if w["limit"] else ""
