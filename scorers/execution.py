@@ -31,9 +31,9 @@ import copy
 import torch
 from transformers.cache_utils import DynamicCache
 
-from .kernels import (KeptPrefix, Scored, TreeCall, Work, fed_tokens, greedy_groups, model_device, packed_tokens,
-                      prefix_call, prefix_inputs, row_batches, row_states, run_chains, run_rows, shared_rows,
-                      split_evenly, state_bytes)
+from .kernels import (KeptPrefix, Scored, TreeCall, Work, add_scores, fed_tokens, greedy_groups, model_device,
+                      packed_tokens, prefix_call, prefix_inputs, row_batches, row_states, run_chains, run_rows,
+                      shared_rows, split_evenly, state_bytes)
 from .prompts import EncodedQuestion
 
 __all__ = ["Scored", "Work", "fed_tokens", "packed_tokens", "score_batched", "score_independent", "score_packed",
@@ -63,13 +63,13 @@ def score_independent(model, question: EncodedQuestion) -> Scored:
 
 # ---------------------------------------------------------------- prefix cache
 
-def score_with_prefix_cache(model, question: EncodedQuestion, scored: Scored, cache=None):
+def score_with_prefix_cache(model, question: EncodedQuestion, scored: Scored, cache=None, greedy: bool = False):
     """Run the question's prefix (and images) once with a cache into `scored`: every candidate's first-token
     log-prob, the prefix work and the cache bytes. `cache`: one holding the prefix's first keys already (text
-    only), extended in place. Returns the cache."""
+    only), extended in place. `greedy`: (log-prob, is argmax) pairs. Returns the cache."""
     inputs = prefix_inputs(model, question) if question.prefix_inputs is not None else None
     cache, scored.logprobs = prefix_call(model, question.prefix, [c[0] for c in question.continuations], scored.work,
-                                         inputs, cache)
+                                         inputs, cache, greedy)
     scored.work.image_tokens = question.image_tokens
     scored.work.cache_bytes = state_bytes(cache)
     return cache
@@ -123,7 +123,7 @@ def row_call(questions: list[EncodedQuestion], members: list[int], common: int,
 
 @torch.inference_mode()
 def score_packed_many(model, questions: list[EncodedQuestion], max_batch_tokens: int, min_shared: int = 0,
-                      kept: KeptPrefix | None = None, keep: int | None = None) -> list[Scored]:
+                      kept: KeptPrefix | None = None, keep: int | None = None, greedy: bool = False) -> list[Scored]:
     """Score several questions: packed rows (one question, or several sharing a common prefix of at least
     `min_shared` tokens; 0: no sharing) of similar length share a call of at most max_batch_tokens fed tokens
     (padding included). A question too large for one call takes the cache path.
@@ -133,7 +133,9 @@ def score_packed_many(model, questions: list[EncodedQuestion], max_batch_tokens:
     copy of it (`KeptPrefix.reusable`) and run only the rest; rows that do not read it can share their calls
     (the cached keys hidden from them). Afterwards `kept` holds the prefix of question `keep` (default: the
     last one) taken from the call's own cache, nothing run twice, or nothing when that question has no text
-    prefix longer than `min_shared`."""
+    prefix longer than `min_shared`.
+
+    `greedy`: also record, per candidate, whether every token is the model's argmax (`Scored.greedy`)."""
     results: list[Scored | None] = [None] * len(questions)
     if not questions:
         return results
@@ -152,7 +154,7 @@ def score_packed_many(model, questions: list[EncodedQuestion], max_batch_tokens:
         alone += [(part[k], start) for k in single]
     for i, start in alone:
         results[i], cache = _score_packed_with_cache(model, questions[i], max_batch_tokens,
-                                                     kept.cache(start) if start else None)
+                                                     kept.cache(start) if start else None, greedy)
         if capture and i == keep:
             states = [(layer.keys, layer.values) for layer in cache.layers]
     for batch in row_batches([(r, row[2]) for r, row in enumerate(rows)], max_batch_tokens):
@@ -164,12 +166,13 @@ def score_packed_many(model, questions: list[EncodedQuestion], max_batch_tokens:
             cache = kept.cache(start, len(batch))
         else:
             cache = DynamicCache(config=model.config) if holder is not None else None
-        for r, sums in zip(batch, run_rows(model, calls, start, cache)):
+        for r, sums in zip(batch, run_rows(model, calls, start, cache, greedy)):
             members, common, _, read = rows[r]
             for i, share in zip(members, split_evenly(common - read, len(members))):
                 question = questions[i]
                 logprobs = [sums[(i, c)] for c in range(len(question.continuations))]
-                results[i] = Scored(logprobs, Work(share + len(question.prefix) - common, fed_tokens(question), 1, 0))
+                results[i] = Scored(logprobs, Work(share + len(question.prefix) - common, fed_tokens(question), 1,
+                                                   0)).take_greedy()
         if holder is not None:
             states = row_states(cache, calls, start, holder, built[holder][1][rows[batch[holder]][0].index(keep)])
     if reuse:
@@ -187,23 +190,24 @@ def score_packed_many(model, questions: list[EncodedQuestion], max_batch_tokens:
 
 
 @torch.inference_mode()
-def _score_packed_with_cache(model, question: EncodedQuestion, max_batch_tokens: int, cache=None):
+def _score_packed_with_cache(model, question: EncodedQuestion, max_batch_tokens: int, cache=None,
+                             greedy: bool = False):
     """Prefix once with a cache (continuing `cache`, which holds its first keys, when given); continuations
     packed into groups of at most max_batch_tokens fed tokens. Returns (scored, the prefix cache)."""
     scored = Scored([])
-    cache = score_with_prefix_cache(model, question, scored, cache)
+    cache = score_with_prefix_cache(model, question, scored, cache, greedy)
     p = len(question.prefix)
     longer = [(i, len(c) - 1) for i, c in enumerate(question.continuations) if len(c) > 1]
     for group in greedy_groups(longer, max_batch_tokens):
         call = TreeCall()
         last = call.add_chain(question.prefix, -1, 0)  # the cached keys
         call.add_candidates(last, p, [question.continuations[i] for i in group], group)
-        [sums] = run_rows(model, [call], start=p, cache=copy.deepcopy(cache))
+        [sums] = run_rows(model, [call], start=p, cache=copy.deepcopy(cache), greedy=greedy)
         for i in group:
-            scored.logprobs[i] += sums[i]
+            scored.logprobs[i] = add_scores(scored.logprobs[i], sums[i])
         scored.work.candidate_tokens += len(call) - p
         scored.work.forward_calls += 1
-    return scored, cache
+    return scored.take_greedy(), cache
 
 
 def score_packed(model, question: EncodedQuestion, max_batch_tokens: int) -> Scored:

@@ -11,7 +11,7 @@ built from.
 - `run_chains`: right-padded chains continuing one cache (padding after a chain's last token changes none of
   its outputs, so recurrent layers may run them too).
 - `gather_sums` / `gather_by_owner`: summed log_softmax of the target tokens per owner; only the sums leave
-  the device.
+  the device (with `greedy`, also whether every target is its row's argmax: lm-eval's `is_greedy`).
 - `row_batches` / `greedy_groups`: how items of given sizes fill calls of a token capacity.
 - `shared_prefix_groups` / `shared_rows`: runs of neighbouring questions whose prefixes begin alike, packed
   as rows with the common part once.
@@ -60,6 +60,14 @@ class Scored:
     logprobs: list[float]
     work: Work = field(default_factory=Work)
     peak_recurrent_bytes: int = 0
+    greedy: list[bool] | None = None  # per candidate: every token is the argmax (only when asked, see `gather_sums`)
+
+    def take_greedy(self) -> "Scored":
+        """Split (sum, greedy) pairs gathered with `greedy=True` into `logprobs` and `greedy`."""
+        if self.logprobs and isinstance(self.logprobs[0], tuple):
+            self.greedy = [bool(flag) for _, flag in self.logprobs]
+            self.logprobs = [value for value, _ in self.logprobs]
+        return self
 
 
 def fed_tokens(question: EncodedQuestion) -> int:
@@ -81,29 +89,45 @@ def model_device(model) -> torch.device:
 NORMALIZER_ROWS = 256  # logits rows normalized at a time
 
 
-def gather_sums(logits: torch.Tensor, rows: list[int], targets: list[int], owners: list[int], n: int) -> list[float]:
+def gather_sums(logits: torch.Tensor, rows: list[int], targets: list[int], owners: list[int], n: int,
+                greedy: bool = False) -> list:
     """Sum of log_softmax(logits[row])[target] per owner (0..n-1); only the n sums leave the device.
 
     Normalized a chunk of rows at a time (no log_softmax copy of a many-row vocabulary tensor), as
-    log_softmax does: (logit - max) - log(sum(exp(logits - max))), the picked values combined in float64."""
+    log_softmax does: (logit - max) - log(sum(exp(logits - max))), the picked values combined in float64.
+    `greedy`: each value is a pair (sum, whether every target of the owner is its row's argmax, the first index
+    on ties as `torch.argmax` picks it)."""
     device, logits = logits.device, logits.float()
     peak = logits.amax(dim=-1)
     log_total = torch.cat([(chunk - top[:, None]).exp_().sum(dim=-1).log_()
                            for chunk, top in zip(logits.split(NORMALIZER_ROWS), peak.split(NORMALIZER_ROWS))])
-    rows_t = torch.tensor(rows, device=device)
-    picked = (logits[rows_t, torch.tensor(targets, device=device)].double() - peak[rows_t].double()) - log_total[rows_t].double()
+    rows_t, targets_t, owners_t = (torch.tensor(v, device=device) for v in (rows, targets, owners))
+    picked = (logits[rows_t, targets_t].double() - peak[rows_t].double()) - log_total[rows_t].double()
     sums = torch.zeros(n, dtype=torch.float64, device=device)
-    sums.index_add_(0, torch.tensor(owners, device=device), picked)
-    return sums.cpu().tolist()
+    sums.index_add_(0, owners_t, picked)
+    if not greedy:
+        return sums.cpu().tolist()
+    top = torch.cat([chunk.argmax(dim=-1) for chunk in logits.split(NORMALIZER_ROWS)])
+    misses = torch.zeros(n, dtype=torch.long, device=device)
+    misses.index_add_(0, owners_t, (top[rows_t] != targets_t).long())
+    return [(value, miss == 0) for value, miss in zip(sums.cpu().tolist(), misses.cpu().tolist())]
 
 
-def gather_by_owner(logits: torch.Tensor, rows: list[int], targets: list[int], owners: list[Hashable]) -> dict:
-    """`gather_sums` with any hashable owners: {owner: summed log-prob}."""
+def gather_by_owner(logits: torch.Tensor, rows: list[int], targets: list[int], owners: list[Hashable],
+                    greedy: bool = False) -> dict:
+    """`gather_sums` with any hashable owners: {owner: summed log-prob} (with `greedy`: {owner: (sum, greedy)})."""
     slots = {owner: i for i, owner in enumerate(dict.fromkeys(owners))}
     if not slots:
         return {}
-    sums = gather_sums(logits, rows, targets, [slots[o] for o in owners], len(slots))
+    sums = gather_sums(logits, rows, targets, [slots[o] for o in owners], len(slots), greedy)
     return dict(zip(slots, sums))
+
+
+def add_scores(total, part):
+    """Add a summed log-prob to another; (sum, greedy) pairs add their sums and AND their greedy flags."""
+    if isinstance(total, tuple):
+        return total[0] + part[0], total[1] and part[1]
+    return total + part
 
 
 # ---------------------------------------------------------------- prefix
@@ -135,12 +159,12 @@ def forget_positions(model) -> None:
 
 @torch.inference_mode()
 def prefix_call(model, prefix: Sequence[int], targets: Sequence[int], work: Work, inputs: dict | None = None,
-                cache=None):
+                cache=None, greedy: bool = False):
     """Run `prefix` once with a cache (every layer); return (cache, log-probs of `targets` as next tokens).
 
     `inputs`: the prefix's extra model inputs (`prefix_inputs`), None for text. `cache`: a cache already
     holding the prefix's first keys (text only; it is extended in place and returned): only the rest runs.
-    Counts the prefix tokens run and the call in `work`."""
+    Counts the prefix tokens run and the call in `work`. `greedy`: (log-prob, is argmax) pairs."""
     if inputs is not None:
         forget_positions(model)
     done = 0 if cache is None else cache.get_seq_length()
@@ -148,7 +172,8 @@ def prefix_call(model, prefix: Sequence[int], targets: Sequence[int], work: Work
         raise ValueError(f"a cache of {done} keys cannot start a text prefix of {len(prefix)} tokens")
     out = model(input_ids=torch.tensor([list(prefix[done:])], device=model_device(model)), use_cache=True,
                 logits_to_keep=1, cache=cache, **(inputs or {}))
-    sums = gather_sums(out.logits[0, -1:], [0] * len(targets), list(targets), list(range(len(targets))), len(targets))
+    sums = gather_sums(out.logits[0, -1:], [0] * len(targets), list(targets), list(range(len(targets))), len(targets),
+                       greedy)
     work.prefix_tokens += len(prefix) - done
     work.forward_calls += 1
     return out.cache, sums
@@ -374,10 +399,10 @@ def row_layout(calls: list[TreeCall], start: int = 0, extra_keys: Sequence[Seque
 
 
 @torch.inference_mode()
-def run_rows(model, calls: list[TreeCall], start: int = 0, cache=None) -> list[dict]:
+def run_rows(model, calls: list[TreeCall], start: int = 0, cache=None, greedy: bool = False) -> list[dict]:
     """One forward call over `calls` as left-padded batch rows (`row_layout`), each feeding its keys from
     `start` on (the keys before it are in `cache`, batch-expanded to the rows); returns {owner: summed
-    log-prob} per call.
+    log-prob} per call ({owner: (sum, greedy)} with `greedy`, see `gather_sums`).
 
     Left padding ends every row at the same position, so the logit rows kept (the union over rows) stay close
     to the longest row's needs."""
@@ -392,7 +417,7 @@ def run_rows(model, calls: list[TreeCall], start: int = 0, cache=None) -> list[d
             use_cache=cache is not None,
             logits_to_keep=torch.tensor(layout.keep or [0], device=device),
         )
-    sums = gather_by_owner(out.logits.reshape(-1, out.logits.shape[-1]), layout.rows, layout.targets, layout.owners)
+    sums = gather_by_owner(out.logits.reshape(-1, out.logits.shape[-1]), layout.rows, layout.targets, layout.owners, greedy)
     results: list[dict] = [{} for _ in calls]
     for (b, owner), value in sums.items():
         results[b][owner] = value

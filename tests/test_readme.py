@@ -55,11 +55,13 @@ def test_readme_command_lines_compose(words):
         assert to_config(compose(job, list(choice))) is not None
 
 
-@pytest.mark.parametrize("code", [pytest.param(b, marks=pytest.mark.slow) if "make_scorer(" in b else b
+@pytest.mark.parametrize("code", [pytest.param(b, marks=pytest.mark.slow) if "make_scorer(" in b or "JetgymLM(" in b else b
                                   for b in blocks("python")], ids=lambda b: b.splitlines()[0][:40])
 def test_readme_python_blocks_run(code, tmp_path):
     pytest.importorskip("gymnasium")
     if "vizdoom" not in sys.modules and "Doom" in code:
         pytest.importorskip("vizdoom")
+    if "lm_eval" in code:
+        pytest.importorskip("lm_eval", reason="the lm-eval extra is not installed")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
