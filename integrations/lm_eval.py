@@ -70,7 +70,7 @@ class JetgymLM(TemplateLM):
     folder or a hub id), dtype (float32, bfloat16, float16, auto), placement (cpu, cuda, auto, offload_experts;
     default: lm-eval's `device` when it names a usable cpu/cuda/cuda:N, else cpu),
     max_batch_tokens (tokens per packed call), min_shared_prefix (common leading tokens for contexts to share a
-    row; 0: off), adapter (passed to the scorer where this jetgym has adapters), max_length (the window lm-eval
+    row; 0: off), adapter (a jetgym-train adapter folder, merged into the weights), max_length (the window lm-eval
     truncates to; default as lm-eval's HF backend), add_bos_token, prefix_token_id, max_gen_toks.
     lm-eval's `batch_size`/`max_batch_size` are accepted and unused (calls are filled by tokens)."""
 
@@ -91,10 +91,7 @@ class JetgymLM(TemplateLM):
                                    "schedule": "packed", "max_batch_tokens": int(max_batch_tokens),
                                    "min_shared_prefix": int(min_shared_prefix)}
         if adapter is not None:
-            if "adapter" not in (option_names("jet") or ()):
-                raise ValueError("adapter=... needs a jetgym version with adapters (the `jet` scorer of this "
-                                 "installation takes no `adapter` option); drop adapter from model_args or upgrade jetgym")
-            options["adapter"] = adapter
+            options["adapter"] = adapter  # a jetgym-train adapter folder, merged into the weights
         self.scorer = make_scorer("jet", model=model, **options)
         self.loaded = self.scorer.loaded
         if self.loaded.kind != "attention":

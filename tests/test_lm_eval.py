@@ -171,12 +171,8 @@ def test_bad_model_args_are_refused_by_name(args, message):
         JetgymLM(**args)
 
 
-def test_adapter_is_passed_on_or_refused(tiny):
-    from jetgym.scorers import option_names
-
-    if "adapter" in (option_names("jet") or ()):
-        pytest.skip("this jetgym has adapters: the argument goes to the scorer")
-    with pytest.raises(ValueError, match="needs a jetgym version with adapters"):
+def test_adapter_goes_to_the_scorer(tiny):
+    with pytest.raises(ValueError, match="adapter folder 'some/folder' does not exist"):
         JetgymLM(model=str(tiny), adapter="some/folder")
 
 
