@@ -28,7 +28,7 @@ from lm_eval.models.utils import (_add_special_kwargs, handle_stop_sequences, ha
 from lm_eval.models.utils_hf import stop_sequences_criteria
 from tqdm import tqdm
 
-from jetgym.scorers import make_scorer, option_names
+from jetgym.scorers import make_scorer
 from jetgym.scorers.prompts import EncodedQuestion
 
 DEFAULT_MAX_LENGTH = 2048  # lm-eval's HF backend default when neither the config nor the tokenizer names one
