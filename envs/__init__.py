@@ -7,6 +7,7 @@ imported only when one is made.
 from __future__ import annotations
 
 import difflib
+import importlib
 import importlib.util
 
 # Gymnasium id -> scenario of jetgym.envs.vizdoom.SCENARIOS
@@ -27,17 +28,48 @@ def register_envs() -> None:
             gymnasium.register(env_id, entry_point="jetgym.envs.vizdoom:DoomEnv", kwargs={"scenario": scenario})
 
 
-def check_env_id(env_id: str) -> None:
-    """ValueError unless `env_id` is a registered Gymnasium id (the jetgym ids included), with a did-you-mean."""
+def split_env_id(env_id: str) -> tuple[str | None, str]:
+    """`minigrid:BabyAI-GoToRedBall-v0` -> ("minigrid", "BabyAI-GoToRedBall-v0"); a plain id -> (None, id).
+    Gymnasium's own convention: `gymnasium.make("module:EnvId")` imports the module first."""
+    module, sep, name = env_id.partition(":")
+    return (module, name) if sep else (None, env_id)
+
+
+def import_env_modules(modules, field: str = "env.imports") -> None:
+    """Import the packages that register Gymnasium ids on import; a clear error naming `field` when one is missing."""
+    for module in modules:
+        if not isinstance(module, str) or not module.strip():
+            raise ValueError(f"{field} must hold package names, got {module!r}")
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            hint = EXTRAS.get(module.split(".")[0])
+            fix = f"pip install 'jetgym[{hint}]'" if hint else f"install the package that provides {module!r}"
+            raise ValueError(f"{field}: cannot import {module!r} ({error}): {fix}") from None
+
+
+# packages that register envs on import -> the jetgym extra that installs them
+EXTRAS = {"minigrid": "minigrid", "textworld": "textworld", "vizdoom": "vizdoom"}
+
+
+def check_env_id(env_id: str, imports=()) -> None:
+    """ValueError unless `env_id` (`EnvId` or `module:EnvId`) is a registered Gymnasium id once `imports` (and the
+    id's module) are imported; unknown ids get a did-you-mean over every id registered by then."""
     if importlib.util.find_spec("gymnasium") is None:
         raise ValueError(f"env.id {env_id!r} needs Gymnasium: pip install 'jetgym[gym]' (or the vizdoom extra)")
     import gymnasium
 
     register_envs()
-    if env_id not in gymnasium.registry:
-        close = difflib.get_close_matches(env_id, list(gymnasium.registry), n=3)
+    module, name = split_env_id(env_id)
+    import_env_modules(imports)
+    if module is not None:
+        import_env_modules([module], field=f"env.id {env_id!r}")
+    if name not in gymnasium.registry:
+        close = difflib.get_close_matches(name, list(gymnasium.registry), n=3)
         hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
-        raise ValueError(f"unknown env.id {env_id!r}: not a registered Gymnasium id.{hint}")
+        more = ("" if module or imports else " An env package that registers its ids on import is named in the id "
+                "(env.id=<package>:<EnvId>, e.g. minigrid:BabyAI-GoToRedBall-v0) or in env.imports=[<package>].")
+        raise ValueError(f"unknown env.id {env_id!r}: not a registered Gymnasium id.{hint}{more}")
 
 
 if importlib.util.find_spec("gymnasium") is not None:

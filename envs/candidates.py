@@ -23,6 +23,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from .minigrid import ACTION_LABELS as MINIGRID_ACTION_LABELS, ACTION_TEXTS as MINIGRID_ACTION_TEXTS, is_minigrid
+
 AutoReset = Literal["disabled", "next_step", "same_step"]
 AUTORESET_MODES = {"disabled": gym.vector.AutoresetMode.DISABLED, "next_step": gym.vector.AutoresetMode.NEXT_STEP,
                    "same_step": gym.vector.AutoresetMode.SAME_STEP}
@@ -58,6 +60,9 @@ class CandidateSet:
 def action_texts(env: gym.Env, n: int, texts: Sequence[str] | None = None,
                  labels: Sequence[str] | None = None) -> tuple[list[str], list[str]]:
     """(texts, labels) of the `n` actions: the argument, the env's `controls`, `get_action_meanings()`, or a fallback."""
+    if texts is None and is_minigrid(env):
+        texts = list(MINIGRID_ACTION_TEXTS)
+        labels = list(MINIGRID_ACTION_LABELS) if labels is None else labels
     if texts is None:
         controls = getattr(env.unwrapped, "controls", None)
         meanings = getattr(env.unwrapped, "get_action_meanings", None)
@@ -76,7 +81,8 @@ def action_texts(env: gym.Env, n: int, texts: Sequence[str] | None = None,
     texts = [str(t) for t in texts]
     labels = [str(i) for i in range(n)] if labels is None else [str(label) for label in labels]
     if len(texts) != n:
-        raise ValueError(f"{len(texts)} candidate texts for {n} actions")
+        raise ValueError(f"{len(texts)} candidate texts for {n} actions: {_name(env)} has {n} actions, so "
+                         f"env.action_texts (texts= in Python) needs exactly {n} texts, one per action in order")
     if len(labels) != n:
         raise ValueError(f"{len(labels)} candidate labels for {n} actions")
     return texts, labels
