@@ -253,7 +253,8 @@ def component_names(env, space) -> Optional[tuple[str, ...]]:
 
 
 def _line(text: str) -> str:
-    return f"Observation: {text}."
+    text = text.strip()
+    return f"Observation: {text}" + ("" if text.endswith((".", "!", "?")) else ".")
 
 
 # --- env-specific describers (registered first: `auto` tries them before the generic ones) -------------------

@@ -1,7 +1,8 @@
 """Gymnasium wrappers and envs that turn tasks into scorer questions (cheap to import).
 
-When Gymnasium is installed, importing this package registers the jetgym ids below; `vizdoom` itself is
-imported only when one is made.
+When Gymnasium is installed, importing this package registers the jetgym ids below (ViZDoom scenarios, TextWorld
+games); `vizdoom` and `textworld` are imported only when one is made. Ids of other packages: `module:EnvId`
+(`split_env_id`) or `env.imports` (`import_env_modules`), checked by `check_env_id`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ DOOM_IDS: dict[str, str] = {
 }
 
 
+TEXTWORLD_ID = "jetgym/TextWorld-v0"  # jetgym.envs.textworld.TextWorldEnv: a TextWorld game with text commands
+
+
 def register_envs() -> None:
     """Register the jetgym ids with Gymnasium (idempotent)."""
     import gymnasium
@@ -26,6 +30,8 @@ def register_envs() -> None:
     for env_id, scenario in DOOM_IDS.items():
         if env_id not in gymnasium.registry:
             gymnasium.register(env_id, entry_point="jetgym.envs.vizdoom:DoomEnv", kwargs={"scenario": scenario})
+    if TEXTWORLD_ID not in gymnasium.registry:
+        gymnasium.register(TEXTWORLD_ID, entry_point="jetgym.envs.textworld:TextWorldEnv", max_episode_steps=100)
 
 
 def split_env_id(env_id: str) -> tuple[str | None, str]:
