@@ -20,6 +20,7 @@ DOOM_IDS: dict[str, str] = {
 }
 
 
+DOOM_ANY_ID = "jetgym/Doom-v0"  # any bundled scenario (env.kwargs.scenario) or a user's cfg (env.kwargs.config)
 TEXTWORLD_ID = "jetgym/TextWorld-v0"  # jetgym.envs.textworld.TextWorldEnv: a TextWorld game with text commands
 
 
@@ -30,6 +31,8 @@ def register_envs() -> None:
     for env_id, scenario in DOOM_IDS.items():
         if env_id not in gymnasium.registry:
             gymnasium.register(env_id, entry_point="jetgym.envs.vizdoom:DoomEnv", kwargs={"scenario": scenario})
+    if DOOM_ANY_ID not in gymnasium.registry:
+        gymnasium.register(DOOM_ANY_ID, entry_point="jetgym.envs.vizdoom:DoomEnv")
     if TEXTWORLD_ID not in gymnasium.registry:
         gymnasium.register(TEXTWORLD_ID, entry_point="jetgym.envs.textworld:TextWorldEnv", max_episode_steps=100)
 
