@@ -92,7 +92,7 @@ def describe_view(observation: Any, max_items: int = MAX_ITEMS) -> str:
                 continue
             things.append((ahead + abs(across), ahead, across, thing_text(obj, colour, state)))
     things += [(distance, ahead, across, "a wall") for distance, ahead, across in nearest_wall.values()]
-    things.sort(key=lambda t: (t[0], t[1], t[2]))
+    things.sort(key=lambda t: (t[0], abs(t[2]), t[2]))  # nearest first; at equal distance the straighter
     if things:
         lines.append("You see: " + "; ".join(f"{text} {cell_place(ahead, across)}"
                                               for _, ahead, across, text in things[:max_items]) + ".")

@@ -68,6 +68,9 @@ def check_env_id(env_id: str, imports=()) -> None:
         raise ValueError(f"env.id {env_id!r} needs Gymnasium: pip install 'jetgym[gym]' (or the vizdoom extra)")
     import gymnasium
 
+    if not isinstance(env_id, str) or not env_id.strip():
+        raise ValueError("env.id is empty: set env.id=<a registered Gymnasium id, EnvId or module:EnvId> "
+                         "(env=gym is the generic config and names no env)")
     register_envs()
     module, name = split_env_id(env_id)
     import_env_modules(imports)
