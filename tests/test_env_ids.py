@@ -125,3 +125,8 @@ def test_count_mismatch_names_the_field_the_env_and_the_count():
     with pytest.raises(ValueError, match=re.escape("2 candidate texts for 6 actions: Taxi-v4 has 6 actions, so "
                                                    "env.action_texts (texts= in Python) needs exactly 6 texts")):
         make_env(config)
+
+
+def test_blank_import_names_are_refused():
+    with pytest.raises(ValueError, match=re.escape("env.imports must hold package names, got ''")):
+        check_env_id("Taxi-v4", imports=[""])

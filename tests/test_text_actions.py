@@ -172,3 +172,8 @@ def test_textworld_cleans_the_banner_and_prompt():
 
     raw = "\n\n   ________  __\n  |        \\|  \\\n   \\$$$$$$$$| $$\n\nWelcome!\n\n-= Hall =-\nA hall.\n\n>    -= Hall =-0/1"
     assert clean_text(raw) == "Welcome!\n\n-= Hall =-\nA hall."
+
+
+def test_commands_must_name_an_info_key():
+    with pytest.raises(ValueError, match=re.escape("commands must name the info key that lists the admissible commands, got ''")):
+        CandidateActions(Listing(["x"]), commands="")
