@@ -5,8 +5,9 @@ For each ready config (`conf/env/<name>.yaml`), the same seeded episodes (seeds 
 no worked examples: zero-shot), on a vector env of `--num-envs` sub-envs (one scorer call per vector step; the
 same choices as one env at a time). Success: the episode ended with a positive reward (MiniGrid pays
 1 - 0.9 * steps / max_steps on success, 0 otherwise). Mean with a 95% bootstrap interval over episodes, and the
-scorer's paired success difference to random (same seeds). Every finished game is written at once (JSON, and
-the docs section with --docs), so a stopped run leaves what it finished.
+scorer's paired success difference to random (same seeds). The scorer plays in rounds of `--num-envs` seeds over
+every env, and each round is written at once (JSON, and the docs section with --docs), so a stopped run covers
+every env with the seeds it finished.
 
     nice .venv/bin/python -m jetgym.scripts.bench_minigrid --docs
     nice .venv/bin/python -m jetgym.scripts.bench_minigrid --envs minigrid_empty_5x5 --episodes 10
@@ -26,9 +27,8 @@ from jetgym.scripts.bench_gym import interval
 ENVS = ("babyai_goto_red_ball_grey", "babyai_goto_obj", "minigrid_empty_5x5")
 
 
-def play(env_name: str, agent_name: str, episodes: int, seed: int, num_envs: int, scorer=None, on_episode=None) -> dict:
-    """One agent on one env config: per-episode returns and successes, in episode order. on_episode(game so far)
-    after every finished episode (the episodes finished so far, in episode order)."""
+def play(env_name: str, agent_name: str, episodes: int, seed: int, num_envs: int, scorer=None) -> tuple[str, list[dict]]:
+    """(env id, episode rows) of one agent on one env config, seeds seed..seed+episodes-1."""
     from jetgym.agents import rollout
     from jetgym.scripts.config import compose, to_config
     from jetgym.scripts.episode import build_agent, make_env
@@ -36,28 +36,21 @@ def play(env_name: str, agent_name: str, episodes: int, seed: int, num_envs: int
     overrides = [f"env={env_name}", f"agent={agent_name}", f"env.num_envs={min(num_envs, episodes)}"]
     config = to_config(compose("episode", overrides))
     env = make_env(config)
-    done: list[dict] = []
-    started = time.monotonic()
-
-    def on_end(row: dict, frame) -> None:
-        done.append(row)
-        if on_episode is not None:
-            on_episode(summarize(env_name, config.env.id, agent_name, sorted(done, key=lambda r: r["episode"]),
-                                 seed, time.monotonic() - started))
-
     try:
         agent, _ = build_agent(config, scorer=scorer, env=env)
-        rows = rollout(env, agent, episodes, seed, on_end=on_end, progress=True)
+        rows = rollout(env, agent, episodes, seed, progress=True)
     finally:
         env.close()
-    return summarize(env_name, config.env.id, agent_name, rows, seed, time.monotonic() - started)
+    return config.env.id, rows
 
 
-def summarize(env_name: str, env_id: str, agent_name: str, rows: list[dict], seed: int, wall: float) -> dict:
+def summarize(env_name: str, env_id: str, agent_name: str, rows: list[dict], wall: float) -> dict:
+    """Per-episode returns and successes (in seed order) and the agent's decision rate."""
+    rows = sorted(rows, key=lambda r: r["seed"])
     thinking = sum(r["decision_seconds"] for r in rows)
     decisions = sum(r["length"] for r in rows)
     return {"env": env_name, "id": env_id, "agent": agent_name, "episodes": len(rows),
-            "seeds": [seed + r["episode"] for r in rows], "returns": [r["return"] for r in rows],
+            "seeds": [r["seed"] for r in rows], "returns": [r["return"] for r in rows],
             "successes": [float(r["return"] > 0) for r in rows], "lengths": [r["length"] for r in rows],
             "decisions": decisions, "decisions_per_second": decisions / thinking if thinking > 0 else None,
             "wall_seconds": round(wall, 1)}
@@ -85,25 +78,25 @@ def bench(envs=ENVS, episodes: int = 100, seed: int = 1000, num_envs: int = 16,
 
     def save() -> None:
         results["wall_seconds"] = round(time.monotonic() - started, 1)
-        finished = {**results, "games": [g for g in results["games"] if g is not None]}
-        write_results(output_dir, "minigrid", finished, render(finished), docs=docs)
+        write_results(output_dir, "minigrid", results, render(results), docs=docs)
 
     for env_name in envs:  # the cheap baselines first
-        results["games"].append(play(env_name, "random", episodes, seed, num_envs))
-        print({k: v for k, v in results["games"][-1].items() if not isinstance(v, list)}, flush=True)
+        tick = time.monotonic()
+        env_id, rows = play(env_name, "random", episodes, seed, num_envs)
+        results["games"].append(summarize(env_name, env_id, "random", rows, time.monotonic() - tick))
     save()
-    for env_name in envs:
-        results["games"].append(None)
-        results["dtype"] = scorer.describe()["dtype_used"]
-
-        def progress(game: dict) -> None:  # a stopped run keeps the episodes it finished
-            results["games"][-1] = game
-            if len(game["returns"]) % 16 == 0:
-                save()
-
-        results["games"][-1] = play(env_name, "scorer", episodes, seed, num_envs, scorer=scorer, on_episode=progress)
-        print({k: v for k, v in results["games"][-1].items() if not isinstance(v, list)}, flush=True)
-        save()
+    scored: dict[str, tuple[str, list[dict], float]] = {}
+    for first in range(0, episodes, num_envs):  # rounds of num_envs seeds over every env: a stopped run covers all
+        for env_name in envs:
+            tick = time.monotonic()
+            env_id, rows = play(env_name, "scorer", min(num_envs, episodes - first), seed + first, num_envs, scorer)
+            _, before, spent = scored.get(env_name, (env_id, [], 0.0))
+            scored[env_name] = (env_id, before + rows, spent + time.monotonic() - tick)
+            results["dtype"] = scorer.describe().get("dtype_used")
+            results["games"] = [g for g in results["games"] if g["agent"] == "random"] + [
+                summarize(name, eid, "scorer", played, wall) for name, (eid, played, wall) in scored.items()]
+            print(f"scorer {env_name}: {len(scored[env_name][1])} episodes", flush=True)
+            save()
     print(render(results))
     return results
 
@@ -142,9 +135,9 @@ def render(results: dict) -> str:
              if g["episodes"] < results["episodes"]]
     if missing or short:
         lines += ["", "Not finished in this run: " + "; ".join(
-            [*(f"scorer on {e}: not started" for e in missing), *(f"{s} episodes" for s in short)]) + ". A partial "
-            "game lists the episodes that had ended (with 16 sub-envs these are not always the first seeds); the "
-            "paired difference uses the seeds both agents played."]
+            [*(f"scorer on {e}: not started" for e in missing), *(f"{s} episodes" for s in short)]) + ". The scorer "
+            "played the first seeds in rounds of " + str(results["num_envs"]) + " per env; the paired difference uses "
+            "the seeds both agents played."]
     return "\n".join(lines) + "\n"
 
 
