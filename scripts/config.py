@@ -181,7 +181,8 @@ class EnvConfig:
     imports: packages to import first because they register ids on import (e.g. [minigrid]); kwargs: passed to
     `gymnasium.make` (any key: `env.kwargs.x=1` or `env.kwargs={x: 1}`, e.g. max_episode_steps or a Doom
     scenario's frame_skip); action_texts: one text per action (null: the env's own controls / action meanings,
-    else `action i` with a warning; Text action spaces take the env's commands at each step instead); task: the text the agent is told first (null: the env's `task` attribute, if any); examples: worked
+    else `action i` with a warning; Text action spaces take the env's commands at each step instead); task: the
+    text the agent is told first (null: the env's `task` attribute, if any); examples: worked
     [observation text, control text] pairs the `scorer` agent is shown before each question (few-shot chat turns,
     written as the env's describer writes observations; `jetgym.agents.prompt`);
     num_envs: sub-envs played at once (> 1: a vector env, one scorer call per step); vectorization:
