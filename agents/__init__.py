@@ -8,7 +8,7 @@ policy on pixel features). Describers (`jetgym.agents.describers`) turn observat
 from .base import Act, Agent, AgentBase, AGENTS, available_agents, make_agent
 from .describers import DESCRIBERS, available_describers, make_describer, register_describer
 from .rollout import rollout
-from . import baselines, scoring  # noqa: F401  (register the agents)
+from . import baselines, describers_minigrid, scoring  # noqa: F401  (register the agents and the minigrid describer)
 
 __all__ = ["Act", "Agent", "AgentBase", "AGENTS", "DESCRIBERS", "available_agents", "available_describers",
            "make_agent", "make_describer", "register_describer", "rollout"]

@@ -13,7 +13,7 @@ class Act:
     """One decision: candidate `index` (env action `action`), and, for scoring agents, the distribution."""
 
     index: int
-    action: int
+    action: int | str  # the env action: an index, or the command string of a text-command env
     label: str
     text: str
     probs: tuple[float, ...] | None = None

@@ -5,9 +5,9 @@ returns one for an observation space:
 - a callable is used as it is;
 - a registered name (`DESCRIBERS`) builds that describer for the space (a clear error when it does not fit);
 - `auto` (default) takes, in order: the env's own `describe(observation)` method (on the env or any wrapper),
-  then the first registered describer that fits the space and the env, in registration order:
-  `doom`, `frozenlake`, `taxi` (env-specific), then `image`, `discrete`, `box`, `multi_discrete`,
-  `multi_binary`, `text`, `tuple`, `dict` (generic).
+  then the first registered describer that fits the space and the env, env-specific ones first:
+  `doom`, `frozenlake`, `taxi`, `minigrid` (`jetgym.agents.describers_minigrid`), then the generic `image`,
+  `discrete`, `box`, `multi_discrete`, `multi_binary`, `text`, `tuple`, `dict`.
 
 Generic describers print numbers with `digits` significant digits (`-0.47` stays `-0.47`, integers stay
 integers), name the components of a `Box` when the env documents them (an `observation_names` attribute on the
@@ -52,14 +52,19 @@ class DescriberEntry:
 
 DESCRIBERS: Registry[DescriberEntry] = Registry("describer")
 _AUTO_ORDER: list[str] = []
+_GENERIC: set[str] = set()
 
 
-def register_describer(name: str, fits: Callable[[Any, Any], bool]):
-    """Decorator on a builder `build(space, env=None, perception="describe", digits=4) -> describe`."""
+def register_describer(name: str, fits: Callable[[Any, Any], bool], generic: bool = False):
+    """Decorator on a builder `build(space, env=None, perception="describe", digits=4) -> describe`.
+    `auto` tries env-specific describers (generic=False) before the generic ones, each kind in registration order."""
 
     def decorator(build):
         DESCRIBERS.add(name, DescriberEntry(build, fits))
-        _AUTO_ORDER.append(name)
+        first_generic = next((i for i, other in enumerate(_AUTO_ORDER) if other in _GENERIC), len(_AUTO_ORDER))
+        _AUTO_ORDER.insert(len(_AUTO_ORDER) if generic else first_generic, name)
+        if generic:
+            _GENERIC.add(name)
         return build
 
     return decorator
@@ -248,7 +253,8 @@ def component_names(env, space) -> Optional[tuple[str, ...]]:
 
 
 def _line(text: str) -> str:
-    return f"Observation: {text}."
+    text = text.strip()
+    return f"Observation: {text}" + ("" if text.endswith((".", "!", "?")) else ".")
 
 
 # --- env-specific describers (registered first: `auto` tries them before the generic ones) -------------------
@@ -363,7 +369,7 @@ def _generic(kind):
     return fits, build
 
 
-@register_describer("image", lambda space, env: is_image(space))
+@register_describer("image", lambda space, env: is_image(space), generic=True)
 def image(space, env=None, perception: str = "describe", digits: int = 4) -> Describe:
     """The pixel sentence of `jetgym.agents.perception.describe` (perception=describe)."""
     return _generic(lambda: object)[1](space, env, perception, digits)
@@ -381,7 +387,7 @@ def _spaces(name):
 for _name, _space in (("discrete", "Discrete"), ("box", "Box"), ("multi_discrete", "MultiDiscrete"),
                       ("multi_binary", "MultiBinary"), ("text", "Text"), ("tuple", "Tuple"), ("dict", "Dict")):
     _fits, _build = _generic(_spaces(_space))
-    register_describer(_name, _fits)(_build)
+    register_describer(_name, _fits, generic=True)(_build)
 
 
 # --- choosing one ---------------------------------------------------------------------------------------------

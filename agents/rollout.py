@@ -150,10 +150,11 @@ def play_vector(envs, agent, episodes: int, seed: int = 0, on_step: StepHook | N
         tick = time.monotonic()
         acts = act_many([observations[i] for i in active], [sets[i] for i in active], active) if active else []
         spent = time.monotonic() - tick
-        actions = np.array([sets[i].actions[0] for i in range(k)])  # idle slots: any admissible action, ignored
+        chosen = [sets[i].actions[0] for i in range(k)]  # idle slots: any admissible action, ignored
         for i, act in zip(active, acts):
-            actions[i] = act.action
+            chosen[i] = act.action
             thinking[i] += spent / len(active)
+        actions = tuple(chosen) if any(isinstance(a, str) for a in chosen) else np.array(chosen)  # commands stay whole
         resetting = [i for i in range(k) if pending[i]]
         obs, rewards, terminations, truncations, info = envs.step(actions)
         observations = _split(envs.observation_space, obs)

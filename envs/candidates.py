@@ -2,12 +2,17 @@
 
 It sits on any env with a `Discrete` action space; observations, rewards and actions pass through untouched.
 Texts come from, in order: the `texts` argument; the env's own `controls` (objects with `label` and `text`, as
-`jetgym.envs.vizdoom.CONTROLS`); its Atari-style `get_action_meanings()`; else `action 0 … action n-1`, with a
-warning. At every reset and step the candidate set holds only the actions allowed now: an action mask in
+`jetgym.envs.vizdoom.CONTROLS`); MiniGrid's seven actions (`jetgym.envs.minigrid.ACTION_TEXTS`) for a MiniGrid env;
+its Atari-style `get_action_meanings()`; else `action 0 … action n-1`, with a warning. At every reset and step the candidate set holds only the actions allowed now: an action mask in
 `info["action_mask"]` (as Taxi-v4 gives) or from an `action_masks()` method (the sb3-contrib convention) drops
 the masked ones, keeping the action order. The wrapper publishes the mask it used as `info["action_mask"]`
 (int8, all ones when the env masks nothing) and answers `action_masks()` itself, so masking learners work on
 the wrapped env too. A step where every action is masked is an error.
+
+Text games: an env whose action space is `spaces.Text` (or any env, with `commands="<info key>"`) lists the
+commands admissible now in `info["admissible_commands"]` (TextWorld's convention), a different list at every step;
+the candidate set is that list (each command its own text, label and action), and the action sent to the env is
+the chosen command string. `jetgym.envs.textworld` is such an env.
 
 Vector envs: wrap the sub-envs, not the vector env (`make_vector_env(id, num_envs, ...)` does it); the vector
 env's `info["candidates"]` is then an object array with one `CandidateSet` per sub-env (mask `info["_candidates"]`).
@@ -23,6 +28,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from .minigrid import ACTION_LABELS as MINIGRID_ACTION_LABELS, ACTION_TEXTS as MINIGRID_ACTION_TEXTS, is_minigrid
+
 AutoReset = Literal["disabled", "next_step", "same_step"]
 AUTORESET_MODES = {"disabled": gym.vector.AutoresetMode.DISABLED, "next_step": gym.vector.AutoresetMode.NEXT_STEP,
                    "same_step": gym.vector.AutoresetMode.SAME_STEP}
@@ -30,11 +37,12 @@ AUTORESET_MODES = {"disabled": gym.vector.AutoresetMode.DISABLED, "next_step": g
 
 @dataclass(frozen=True)
 class CandidateSet:
-    """The admissible actions as texts: candidate i is `texts[i]` (id `labels[i]`) and means env action `actions[i]`."""
+    """The admissible actions as texts: candidate i is `texts[i]` (id `labels[i]`) and means env action `actions[i]`
+    (an int for Discrete actions; the command string itself for text commands)."""
 
     texts: tuple[str, ...]
     labels: tuple[str, ...]
-    actions: tuple[int, ...]
+    actions: tuple[int | str, ...]
 
     def __post_init__(self):
         for name in ("texts", "labels", "actions"):
@@ -58,6 +66,9 @@ class CandidateSet:
 def action_texts(env: gym.Env, n: int, texts: Sequence[str] | None = None,
                  labels: Sequence[str] | None = None) -> tuple[list[str], list[str]]:
     """(texts, labels) of the `n` actions: the argument, the env's `controls`, `get_action_meanings()`, or a fallback."""
+    if texts is None and is_minigrid(env):
+        texts = list(MINIGRID_ACTION_TEXTS)
+        labels = list(MINIGRID_ACTION_LABELS) if labels is None else labels
     if texts is None:
         controls = getattr(env.unwrapped, "controls", None)
         meanings = getattr(env.unwrapped, "get_action_meanings", None)
@@ -76,7 +87,8 @@ def action_texts(env: gym.Env, n: int, texts: Sequence[str] | None = None,
     texts = [str(t) for t in texts]
     labels = [str(i) for i in range(n)] if labels is None else [str(label) for label in labels]
     if len(texts) != n:
-        raise ValueError(f"{len(texts)} candidate texts for {n} actions")
+        raise ValueError(f"{len(texts)} candidate texts for {n} actions: {_name(env)} has {n} actions, so "
+                         f"env.action_texts (texts= in Python) needs exactly {n} texts, one per action in order")
     if len(labels) != n:
         raise ValueError(f"{len(labels)} candidate labels for {n} actions")
     return texts, labels
@@ -87,21 +99,46 @@ def _name(env) -> str:
     return spec.id if spec is not None and spec.id else type(env.unwrapped).__name__
 
 
+COMMANDS_KEY = "admissible_commands"  # where text games list the commands admissible now (TextWorld's name)
+
+
 class CandidateActions(gym.Wrapper):
     """Adds `info["candidates"]` (a `CandidateSet` of the admissible actions) and `info["action_mask"]` (int8)
-    on reset and on every step."""
+    on reset and on every step.
 
-    def __init__(self, env: gym.Env, texts: Sequence[str] | None = None, labels: Sequence[str] | None = None):
+    Discrete action spaces: one candidate per action (texts as the module notes say). Text action spaces
+    (`spaces.Text`), or any env given `commands=<info key>`: the candidates are the command strings the env lists
+    in `info[commands]` (default `admissible_commands`) at that reset or step, each its own text, label and
+    action, so the agent answers with the command string. The list is the admissible set, so nothing is masked:
+    `action_masks()` is all ones over it and no `info["action_mask"]` is added (its length changes every step,
+    which a vector env's info arrays cannot hold)."""
+
+    def __init__(self, env: gym.Env, texts: Sequence[str] | None = None, labels: Sequence[str] | None = None,
+                 commands: str | None = None):
         if isinstance(env, gym.vector.VectorEnv) or hasattr(env, "num_envs"):
             raise TypeError("CandidateActions wraps single envs: wrap each sub-env, e.g. "
                             "jetgym.envs.candidates.make_vector_env(env_id, num_envs, texts=[...]) or "
                             "gymnasium.make_vec(env_id, num_envs, wrappers=[lambda e: CandidateActions(e, texts)])")
         super().__init__(env)
+        if commands is None and isinstance(env.action_space, spaces.Text):
+            commands = COMMANDS_KEY
+        self.commands = commands
+        if commands is not None:
+            if not isinstance(commands, str) or not commands:
+                raise ValueError(f"commands must name the info key that lists the admissible commands, got {commands!r}")
+            if texts is not None or labels is not None:
+                raise ValueError(f"{_name(env)} takes text commands: its candidates are the commands it lists in "
+                                 f"info[{commands!r}] at every step, so texts=/labels= do not apply (CLI: leave "
+                                 "env.action_texts null)")
+            self.candidates = None
+            self.mask = np.ones(0, np.int8)
+            return
         if isinstance(env.action_space, spaces.Box):
             raise TypeError(f"CandidateActions needs a Discrete action space, got {env.action_space}: discretize it "
                             f"first, e.g. CandidateActions(gymnasium.wrappers.DiscretizeAction(env, bins=5), texts=[...])")
         if not isinstance(env.action_space, spaces.Discrete):
-            raise TypeError(f"CandidateActions needs a Discrete action space, got {env.action_space}")
+            raise TypeError(f"CandidateActions needs a Discrete or Text action space, got {env.action_space} (an env "
+                            f"that lists string commands in info: CandidateActions(env, commands='admissible_commands'))")
         n, start = int(env.action_space.n), int(env.action_space.start)
         texts, labels = action_texts(env, n, texts, labels)
         self.candidates = CandidateSet(tuple(texts), tuple(labels), tuple(range(start, start + n)))
@@ -120,7 +157,23 @@ class CandidateActions(gym.Wrapper):
             return None
         return np.asarray(method()) if callable(method) else None
 
+    def _command_candidates(self, info: dict) -> dict:
+        listed = info.get(self.commands)
+        if listed is None:
+            raise ValueError(f"{_name(self.env)} takes text commands but puts no list in info[{self.commands!r}] at "
+                             "this step: the env must list its admissible commands there on reset and every step "
+                             "(or pass commands=<the info key it uses>)")
+        if isinstance(listed, str) or not all(isinstance(c, str) and c.strip() for c in listed):
+            raise ValueError(f"info[{self.commands!r}] must be a list of non-empty command strings, got {listed!r}")
+        commands = tuple(dict.fromkeys(c.strip() for c in listed))  # distinct, in the env's order
+        if not commands:
+            raise ValueError(f"{_name(self.env)} lists no admissible command in info[{self.commands!r}] at this step")
+        self.mask = np.ones(len(commands), np.int8)
+        return {**info, "candidates": CandidateSet(commands, commands, commands)}
+
     def _with_candidates(self, info: dict) -> dict:
+        if self.commands is not None:
+            return self._command_candidates(info)
         n = len(self.candidates.actions)
         mask = self._env_mask(info)
         if mask is None:
@@ -146,11 +199,12 @@ class CandidateActions(gym.Wrapper):
 
 def make_vector_env(env_id: str, num_envs: int, texts: Sequence[str] | None = None, labels: Sequence[str] | None = None,
                     mode: Literal["sync", "async"] = "sync", autoreset: AutoReset = "disabled",
-                    env_wrappers: Sequence[Any] = (), **kwargs) -> gym.vector.VectorEnv:
+                    env_wrappers: Sequence[Any] = (), commands: str | None = None, **kwargs) -> gym.vector.VectorEnv:
     """`num_envs` copies of `env_id` (made with `kwargs`), each wrapped with `CandidateActions`, as a Sync or
     Async vector env. autoreset: `disabled` (the default: `jetgym.agents.rollout` resets each finished sub-env
     with the next episode's seed, so episode n always has seed seed+n), `next_step` or `same_step`.
-    env_wrappers: applied to each sub-env before `CandidateActions` (e.g. DiscretizeAction)."""
+    env_wrappers: applied to each sub-env before `CandidateActions` (e.g. DiscretizeAction); commands: as for
+    `CandidateActions` (text-command envs; a Text action space needs nothing)."""
     from functools import partial
 
     if num_envs < 1:
@@ -159,6 +213,6 @@ def make_vector_env(env_id: str, num_envs: int, texts: Sequence[str] | None = No
         raise ValueError(f"unknown vector mode {mode!r}; known: sync, async")
     if autoreset not in AUTORESET_MODES:
         raise ValueError(f"unknown autoreset {autoreset!r}; known: {', '.join(AUTORESET_MODES)}")
-    wrappers = [*env_wrappers, partial(CandidateActions, texts=texts, labels=labels)]
+    wrappers = [*env_wrappers, partial(CandidateActions, texts=texts, labels=labels, commands=commands)]
     return gym.make_vec(env_id, num_envs, vectorization_mode=mode, wrappers=wrappers,
                         vector_kwargs={"autoreset_mode": AUTORESET_MODES[autoreset]}, **kwargs)

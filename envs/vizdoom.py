@@ -5,6 +5,13 @@ interpolation), "status": {name: int32 scalar}} where the status holds the numbe
 bar shows for this scenario (health, ammo of the selected weapon, kills). Nothing else leaves the
 engine: no labels/depth/automap buffers, no object or sector info, no enemy positions.
 
+Scenarios: `scenario=<name>` is any `.cfg` bundled with the installed vizdoom (`bundled_scenarios()`, e.g.
+`defend_the_line`); `config=/path/my.cfg` is a user's own (its `.wad` named by `doom_scenario_path`, beside it).
+The four in `SCENARIOS` carry a written briefing and status; any other cfg shows the variables its
+`available_game_variables` lists (`HEALTH` -> health, `KILLCOUNT` -> kills, `SELECTED_WEAPON_AMMO` -> ammo,
+others by their lower-case name, e.g. ammo2; a cfg listing none shows health) and the briefing given (`briefing=`, else `NEUTRAL_BRIEFING`).
+A cfg the engine cannot load is refused with the engine's message and the path.
+
 Actions: `Discrete(9)` over `CONTROLS`, an explicit table of (label, candidate text, buttons). The
 engine's available buttons are overridden to `BUTTONS` for every scenario, and the action vector is
 built by button *name* against the engine's reported button order (never by position).
@@ -33,7 +40,16 @@ from jetgym.scorers.registry import check_choice
 
 SCREEN_SHAPE = (100, 160, 3)  # rendered RES_320X200, downscaled 2x (there is no 160x100 resolution)
 BUTTONS: tuple[str, ...] = ("MOVE_FORWARD", "MOVE_BACKWARD", "TURN_LEFT", "TURN_RIGHT", "MOVE_LEFT", "MOVE_RIGHT", "ATTACK", "USE")
-STATUS_VARIABLES = {"health": "HEALTH", "ammo": "SELECTED_WEAPON_AMMO", "kills": "KILLCOUNT"}
+STATUS_VARIABLES = {"health": "HEALTH", "ammo": "SELECTED_WEAPON_AMMO", "kills": "KILLCOUNT"}  # else NAME.upper()
+# bundled cfgs whose first episode never starts in a single-player engine (checked with vizdoom 1.3.2: it hangs)
+UNPLAYABLE = {
+    "cig": "a multiplayer map (the engine waits for other players)",
+    "multi_duel": "a multiplayer map (the engine waits for other players)",
+    "freedoom1": "a Doom 1 game (maps E1M1...) while the engine starts map01",
+}
+EMPTY_STATUS = ("health",)  # shown when a cfg lists no variables (Gymnasium refuses an empty Dict space)
+NEUTRAL_BRIEFING = ("You play a ViZDoom scenario, seen from the player's eyes. Use the controls to score as many "
+                    "points as you can.")
 STATUS_RANGE = (-(2**20), 2**20)
 TICS_PER_SECOND = 35
 
@@ -62,7 +78,8 @@ CONTROLS: tuple[Control, ...] = (
 
 @dataclass(frozen=True)
 class Scenario:
-    """A bundled ViZDoom scenario: its cfg file, the status numbers shown, and the player's briefing."""
+    """A ViZDoom scenario: its cfg file (a bundled name or an absolute path), the status numbers shown, and the
+    player's briefing."""
 
     config: str
     status: tuple[str, ...]
@@ -90,6 +107,103 @@ SCENARIOS: dict[str, Scenario] = {
         "The floor is acid and drains your health. Survive by walking over the medkits lying around.",
     ),
 }
+
+
+def engine_variable(name: str) -> str:
+    """The engine's GameVariable name of a status entry (`kills` -> KILLCOUNT, `ammo2` -> AMMO2)."""
+    return STATUS_VARIABLES.get(name, name.upper())
+
+
+def status_name(variable: str) -> str:
+    """The status entry of an engine GameVariable name (KILLCOUNT -> kills, AMMO2 -> ammo2)."""
+    return next((name for name, engine in STATUS_VARIABLES.items() if engine == variable), variable.lower())
+
+
+def scenarios_dir() -> str:
+    """The installed vizdoom's scenario folder, found without importing vizdoom."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("vizdoom")
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError("ViZDoom scenarios need vizdoom: pip install 'jetgym[vizdoom]'")
+    return os.path.join(list(spec.submodule_search_locations)[0], "scenarios")
+
+
+def bundled_scenarios() -> list[str]:
+    """The names of every `.cfg` the installed vizdoom ships (`defend_the_line`, `my_way_home`, ...)."""
+    return sorted(name[:-4] for name in os.listdir(scenarios_dir()) if name.endswith(".cfg"))
+
+
+def _captured(call):
+    """(call(), what the engine printed on stdout/stderr meanwhile): its config warnings go to the C streams."""
+    import sys
+
+    with tempfile.TemporaryFile() as sink:
+        sys.stdout.flush(), sys.stderr.flush()
+        saved = [os.dup(1), os.dup(2)]
+        os.dup2(sink.fileno(), 1), os.dup2(sink.fileno(), 2)
+        try:
+            result = call()
+        finally:
+            os.dup2(saved[0], 1), os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+        sink.seek(0)
+        return result, sink.read().decode(errors="replace").strip()
+
+
+def load_config(game, path: str) -> None:
+    """`game.load_config(path)`, refusing a cfg the engine cannot load (or whose .wad is missing) with the engine's
+    message and the path."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"env.kwargs.config: no ViZDoom config at {path}")
+    try:
+        loaded, said = _captured(lambda: game.load_config(path))
+    except Exception as error:  # vizdoom's own exceptions (FileDoesNotExistException, ...)
+        raise ValueError(f"ViZDoom cannot load the config {path}: {error}") from None
+    if not loaded:
+        raise ValueError(f"ViZDoom cannot load the config {path}: {said or 'the engine refused it'}")
+    wad = game.get_doom_scenario_path()
+    if wad and not os.path.isfile(wad):
+        raise ValueError(f"the ViZDoom config {path} names doom_scenario_path {wad}, which does not exist: put the "
+                         ".wad beside the cfg (a relative doom_scenario_path is read from the cfg's folder)")
+    iwad = game.get_doom_game_path()
+    shipped = os.path.join(os.path.dirname(scenarios_dir()), os.path.basename(iwad))  # the engine looks there too
+    if iwad and not os.path.isfile(iwad) and not os.path.isfile(shipped):
+        raise ValueError(f"the ViZDoom config {path} names doom_game_path {iwad}, which does not exist: that game's "
+                         "IWAD is not shipped with vizdoom; put it there or drop doom_game_path (freedoom2 is the default)")
+
+
+def config_status(path: str) -> tuple[str, ...]:
+    """The status entries of a cfg: its `available_game_variables`, as `status_name`s (loads the cfg, no engine)."""
+    import vizdoom as vzd
+
+    game = vzd.DoomGame()
+    load_config(game, path)
+    listed = tuple(status_name(str(v).split(".")[-1]) for v in game.get_available_game_variables())
+    return listed or EMPTY_STATUS
+
+
+def resolve_scenario(scenario: str | None, config: str | None, briefing: str | None) -> tuple[str, Scenario]:
+    """(name, Scenario) of `scenario` (a bundled name; default defend_the_center) or of a user's `config` path."""
+    if scenario is not None and config is not None:
+        raise ValueError(f"give env.kwargs.scenario ({scenario!r}) or env.kwargs.config ({config!r}), not both: a "
+                         "named Doom id carries its scenario, so play your own cfg with env=doom (jetgym/Doom-v0)")
+    if briefing is not None and (not isinstance(briefing, str) or not briefing.strip()):
+        raise ValueError(f"env.kwargs.briefing must be a non-empty text or null, got {briefing!r}")
+    if config is not None:
+        path = os.path.abspath(os.path.expanduser(str(config)))
+        return os.path.splitext(os.path.basename(path))[0], Scenario(path, config_status(path), briefing or NEUTRAL_BRIEFING)
+    name = "defend_the_center" if scenario is None else scenario
+    if name in SCENARIOS:
+        known = SCENARIOS[name]
+        return name, Scenario(known.config, known.status, briefing or known.briefing)
+    check_choice("ViZDoom scenario (env.kwargs.scenario)", name, bundled_scenarios())
+    if name in UNPLAYABLE:
+        raise ValueError(f"the bundled ViZDoom scenario {name!r} cannot be played here: {UNPLAYABLE[name]}; pick "
+                         "another env.kwargs.scenario")
+    path = os.path.join(scenarios_dir(), f"{name}.cfg")
+    return name, Scenario(path, config_status(path), briefing or NEUTRAL_BRIEFING)
 
 
 class EngineCrash(RuntimeError):
@@ -160,23 +274,23 @@ class EngineWatchdog:
 class DoomEnv(gym.Env):
     """A ViZDoom scenario with the nine `CONTROLS`.
 
-    scenario: a key of `SCENARIOS`; frame_skip: tics each action is held (the rewards are summed);
-    episode_timeout: episode length in tics (None: the scenario's own); render_mode: `rgb_array` or None.
+    scenario: a bundled scenario's name (`bundled_scenarios()`; default defend_the_center); config: the path of a
+    user's own cfg instead; briefing: the text the agent is told (None: the scenario's own, else
+    `NEUTRAL_BRIEFING`); frame_skip: tics each action is held (the rewards are summed); episode_timeout: episode
+    length in tics (None: the scenario's own); render_mode: `rgb_array` or None.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": TICS_PER_SECOND}
 
-    def __init__(self, scenario: str = "defend_the_center", frame_skip: int = 4, episode_timeout: int | None = None,
-                 render_mode: str | None = None):
-        check_choice("ViZDoom scenario", scenario, SCENARIOS)
+    def __init__(self, scenario: str | None = None, frame_skip: int = 4, episode_timeout: int | None = None,
+                 render_mode: str | None = None, config: str | None = None, briefing: str | None = None):
         if int(frame_skip) < 1:
             raise ValueError(f"frame_skip must be >= 1, got {frame_skip}")
         if episode_timeout is not None and int(episode_timeout) < 1:
             raise ValueError(f"episode_timeout must be >= 1 tic or None, got {episode_timeout}")
         if render_mode not in (None, *self.metadata["render_modes"]):
             raise ValueError(f"unknown render_mode {render_mode!r}; known: {', '.join(self.metadata['render_modes'])}")
-        self.scenario_name = scenario
-        self.scenario = SCENARIOS[scenario]
+        self.scenario_name, self.scenario = resolve_scenario(scenario, config, briefing)
         self.frame_skip = int(frame_skip)
         self.episode_timeout = None if episode_timeout is None else int(episode_timeout)
         self.render_mode = render_mode
@@ -203,7 +317,7 @@ class DoomEnv(gym.Env):
 
         self._vzd = vzd
         game = vzd.DoomGame()
-        game.load_config(os.path.join(vzd.scenarios_path, self.scenario.config))
+        load_config(game, os.path.join(vzd.scenarios_path, self.scenario.config))  # an absolute path stays
         game.set_window_visible(False)
         # the engine writes its settings file into the working directory unless told otherwise
         game.set_doom_config_path(os.path.join(tempfile.gettempdir(), f"jetgym-vizdoom-{os.getuid()}.ini"))
@@ -213,7 +327,7 @@ class DoomEnv(gym.Env):
         for hidden in ("depth_buffer", "labels_buffer", "automap_buffer", "objects_info", "sectors_info", "audio_buffer"):
             getattr(game, f"set_{hidden}_enabled")(False)
         game.set_available_buttons([getattr(vzd.Button, name) for name in BUTTONS])
-        game.set_available_game_variables([getattr(vzd.GameVariable, STATUS_VARIABLES[n]) for n in self.scenario.status])
+        game.set_available_game_variables([getattr(vzd.GameVariable, engine_variable(n)) for n in self.scenario.status])
         if self.episode_timeout is not None:
             game.set_episode_timeout(self.episode_timeout)
         before = engine_processes()
@@ -334,7 +448,7 @@ class DoomEnv(gym.Env):
             values = list(state.game_variables)
         else:
             screen = self._last_obs["screen"] if self._last_obs is not None else np.zeros(SCREEN_SHAPE, np.uint8)
-            values = [game.get_game_variable(getattr(vzd.GameVariable, STATUS_VARIABLES[n])) for n in self.scenario.status]
+            values = [game.get_game_variable(getattr(vzd.GameVariable, engine_variable(n))) for n in self.scenario.status]
         status = {name: np.array(np.clip(round(v), *STATUS_RANGE), dtype=np.int32) for name, v in zip(self.scenario.status, values)}
         self._last_obs = {"screen": np.ascontiguousarray(screen, dtype=np.uint8), "status": status}
         return _copy(self._last_obs)

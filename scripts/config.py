@@ -177,16 +177,20 @@ def _check_pruning(config) -> None:
 
 @dataclass
 class EnvConfig:
-    """id: any registered Gymnasium id with a Discrete action space (the jetgym ids register when `jetgym.envs`
-    is imported); kwargs: passed to `gymnasium.make` (e.g. a Doom scenario's frame_skip and episode_timeout);
-    action_texts: one text per action (null: the env's own controls / action meanings, else `action i` with a
-    warning); task: the text the agent is told first (null: the env's `task` attribute, if any); examples: worked
+    """id: any registered Gymnasium id with a Discrete or Text action space, as `gymnasium.make` takes it (`EnvId`
+    or `module:EnvId`, the module imported first; the jetgym ids register when `jetgym.envs` is imported);
+    imports: packages to import first because they register ids on import (e.g. [minigrid]); kwargs: passed to
+    `gymnasium.make` (any key: `env.kwargs.x=1` or `env.kwargs={x: 1}`, e.g. max_episode_steps or a Doom
+    scenario's frame_skip); action_texts: one text per action (null: the env's own controls / action meanings,
+    else `action i` with a warning; Text action spaces take the env's commands at each step instead); task: the
+    text the agent is told first (null: the env's `task` attribute, if any); examples: worked
     [observation text, control text] pairs the `scorer` agent is shown before each question (few-shot chat turns,
     written as the env's describer writes observations; `jetgym.agents.prompt`);
     num_envs: sub-envs played at once (> 1: a vector env, one scorer call per step); vectorization:
     `sync` or `async` (sub-envs in processes)."""
 
     id: str = "jetgym/DoomDefendTheCenter-v0"
+    imports: List[str] = field(default_factory=list)
     kwargs: Dict[str, Any] = field(default_factory=dict)
     action_texts: Optional[List[str]] = None
     task: Optional[str] = None
@@ -197,7 +201,7 @@ class EnvConfig:
     def __post_init__(self):
         from jetgym.envs import check_env_id
 
-        check_env_id(self.id)
+        check_env_id(self.id, self.imports)
         _check_positive("env.num_envs", self.num_envs)
         check_choice("env.vectorization", self.vectorization, VECTORIZATIONS)
         if self.action_texts is not None and (not self.action_texts or any(not str(t) for t in self.action_texts)):
@@ -301,7 +305,15 @@ def register_configs() -> None:
     """Store the job schemas (idempotent)."""
     store = ConfigStore.instance()
     store.store(name="qa_schema", node=QAConfig)
-    store.store(name="episode_schema", node=EpisodeConfig)
+    store.store(name="episode_schema", node=open_kwargs(EpisodeConfig))
+
+
+def open_kwargs(job: type):
+    """The job's schema with `env.kwargs` open to any key (the rest stays strict): `env.kwargs.x=1` and
+    `env.kwargs={x: 1}` both work without a `+`, since env options are the env's, not the schema's."""
+    node = OmegaConf.structured(job)
+    OmegaConf.set_struct(node.env.kwargs, False)
+    return node
 
 
 register_configs()

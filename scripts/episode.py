@@ -41,8 +41,10 @@ def make_env(config: EpisodeConfig, render: bool = False):
     envs only, for the GIFs)."""
     import gymnasium as gym
 
-    import jetgym.envs  # noqa: F401  (registers the jetgym ids)
+    from jetgym.envs import import_env_modules  # importing jetgym.envs registers the jetgym ids
     from jetgym.envs.candidates import CandidateActions, make_vector_env
+
+    import_env_modules(config.env.imports)
 
     kwargs = dict(config.env.kwargs)
     texts = None if config.env.action_texts is None else list(config.env.action_texts)
@@ -56,7 +58,9 @@ def make_env(config: EpisodeConfig, render: bool = False):
 def _render_modes(env_id: str) -> list[str]:
     import gymnasium as gym
 
-    entry = gym.registry[env_id].entry_point
+    from jetgym.envs import split_env_id
+
+    entry = gym.registry[split_env_id(env_id)[1]].entry_point
     cls = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
     return list(getattr(cls, "metadata", {}).get("render_modes", []))
 

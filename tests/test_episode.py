@@ -24,15 +24,20 @@ def compose_episode(overrides=()):
 
 
 def test_groups():
-    assert options("env") == ["basic", "deadly_corridor", "defend_the_center", "frozenlake", "gym", "health_gathering", "taxi"]
+    assert options("env") == ["babyai_goto_obj", "babyai_goto_red_ball_grey", "babyai_pickup_loc", "basic", "deadly_corridor",
+                              "defend_the_center", "doom", "frozenlake", "gym", "health_gathering", "minigrid_doorkey_5x5",
+                              "minigrid_empty_5x5", "taxi", "textworld"]
     assert options("agent") == ["fixed", "random", "scorer", "scripted"]
 
 
 @pytest.mark.parametrize("env,agent", list(itertools.product(options("env"), options("agent"))))
 def test_every_env_agent_pair_composes(env, agent):
-    config = to_config(compose_episode([f"env={env}", f"agent={agent}"]))
+    if env.startswith(("babyai", "minigrid")):
+        pytest.importorskip("minigrid")
+    named = ["env.id=CartPole-v1"] if env == "gym" else []  # the generic config names no env
+    config = to_config(compose_episode([f"env={env}", f"agent={agent}", *named]))
     assert isinstance(config, EpisodeConfig) and config.agent.name == agent
-    assert config.env.id.startswith("jetgym/Doom") or env in ("frozenlake", "gym", "taxi")
+    assert config.env.id.startswith(("jetgym/Doom", "minigrid:")) or env in ("frozenlake", "gym", "taxi", "textworld")
 
 
 def test_defaults():

@@ -154,7 +154,7 @@ def test_crash_between_episodes_is_survived(env):
 @pytest.mark.parametrize(
     "kwargs,message",
     [
-        ({"scenario": "defend_the_centre"}, "unknown ViZDoom scenario 'defend_the_centre'; known: defend_the_center"),
+        ({"scenario": "defend_the_centre"}, r"unknown ViZDoom scenario \(env.kwargs.scenario\) 'defend_the_centre'; known: basic, .*defend_the_center"),
         ({"frame_skip": 0}, "frame_skip must be >= 1"),
         ({"episode_timeout": 0}, "episode_timeout must be >= 1"),
         ({"render_mode": "human"}, "unknown render_mode 'human'"),

@@ -1,0 +1,122 @@
+"""TextWorld games as Gymnasium envs with text commands (`pip install 'jetgym[textworld]'`).
+
+`TextWorldEnv(game=PATH)` plays a compiled TextWorld game (`.z8` / `.ulx`, made offline by TextWorld's `tw-make`);
+`game=None` makes (once, then reuses) a `tw-simple` game for `game_seed` in the user cache (`make_game`).
+Registered as `jetgym/TextWorld-v0` (100 steps; `max_episode_steps=` to change).
+
+API: observation `spaces.Text` = the game's answer to the last command (the opening text on reset: objective and
+first room), cleaned of TextWorld's banner and prompt line, printable ASCII; action `spaces.Text` = one command
+string; `info["admissible_commands"]` = the commands admissible now (a different list at every step), which
+`jetgym.envs.candidates.CandidateActions` turns into the candidate set. reward = the score gained by the step;
+terminated when the game is won or lost (`info["is_success"]` = won); `info["score"]`, `info["max_score"]`,
+`info["objective"]`. The game is deterministic: the seed changes nothing. `textworld` is imported when an env is
+made.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import string
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+from gymnasium import spaces
+
+CHARSET = string.printable
+MAX_TEXT = 20_000
+TASK = ("You play a text adventure game. Read what the game says and reach the goal it sets; "
+        "answer with one of the listed commands.")
+_BANNER_LINE = re.compile(r"^[\s_|\\$/<>]*$")
+
+
+def clean_text(feedback: str) -> str:
+    """The game's text without TextWorld's ASCII-art banner, its `>` prompt/status line and non-printable chars."""
+    lines = [line.rstrip() for line in feedback.replace("\r", "").split("\n")]
+    kept = [line for line in lines if not line.lstrip().startswith(">") and not (line and _BANNER_LINE.match(line))]
+    text = re.sub(r"\n{3,}", "\n\n", "\n".join(kept)).strip()
+    return "".join(c for c in text if c in CHARSET)[:MAX_TEXT] or "Nothing happens."
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "jetgym" / "textworld"
+
+
+def make_game(path: str | os.PathLike | None = None, game_seed: int = 1) -> Path:
+    """A `tw-simple` game (dense rewards, detailed goal) for `game_seed`, made with TextWorld's `tw-make` unless
+    `path` (default: the user cache) already holds it. Takes ~15 s the first time."""
+    path = Path(path) if path is not None else cache_dir() / f"tw-simple-dense-detailed-{int(game_seed)}.z8"
+    if path.exists():
+        return path
+    tool = shutil.which("tw-make") or str(Path(sys.executable).with_name("tw-make"))
+    if not Path(tool).exists():
+        raise RuntimeError("making a TextWorld game needs TextWorld's tw-make: pip install 'jetgym[textworld]'")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    command = [tool, "tw-simple", "--rewards", "dense", "--goal", "detailed", "--seed", str(int(game_seed)),
+               "--output", str(path), "-f", "--silent"]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0 or not path.exists():
+        raise RuntimeError(f"tw-make could not make {path}: {(done.stderr or done.stdout).strip()[-500:]}")
+    return path
+
+
+class TextWorldEnv(gym.Env):
+    """One TextWorld game; see the module notes. game: a compiled game file (None: `make_game(game_seed=...)`)."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, game: str | None = None, game_seed: int = 1, render_mode: str | None = None):
+        if render_mode is not None:
+            raise ValueError(f"TextWorld envs render no frames: render_mode must be None, got {render_mode!r}")
+        if game is None:
+            game = str(make_game(game_seed=game_seed))
+        if not Path(game).is_file():
+            raise FileNotFoundError(f"env.kwargs.game: no TextWorld game at {game!r}; make one with "
+                                    f"`tw-make tw-simple --rewards dense --goal detailed --seed 1 --output {game}`, "
+                                    "or leave game null to make one in the user cache")
+        self.game = str(game)
+        self.task = TASK
+        self.render_mode = None
+        self.observation_space = spaces.Text(MAX_TEXT, min_length=1, charset=CHARSET)
+        self.action_space = spaces.Text(200, min_length=1, charset=CHARSET)
+        self._env = None
+        self._score = 0
+
+    def _start(self):
+        import textworld
+
+        infos = textworld.EnvInfos(admissible_commands=True, objective=True, score=True, max_score=True,
+                                   won=True, lost=True)
+        self._env = textworld.start(self.game, request_infos=infos)
+
+    def _info(self, state) -> dict:
+        info = {"admissible_commands": list(state["admissible_commands"] or []), "score": int(state["score"] or 0),
+                "max_score": int(state["max_score"] or 0), "objective": str(state["objective"] or "")}
+        if state["won"] or state["lost"]:
+            info["is_success"] = bool(state["won"])
+        return info
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if self._env is None:
+            self._start()
+        state = self._env.reset()
+        self._score = int(state["score"] or 0)
+        return clean_text(state.feedback), self._info(state)
+
+    def step(self, action):
+        if self._env is None:
+            raise RuntimeError("call reset() before step()")
+        if not isinstance(action, str) or not action.strip():
+            raise ValueError(f"a TextWorld action is a command string, got {action!r}")
+        state, score, done = self._env.step(action)
+        reward, self._score = float(int(score) - self._score), int(score)
+        return clean_text(state.feedback), reward, bool(done), False, self._info(state)
+
+    def close(self):
+        if self._env is not None:
+            self._env.close()
+            self._env = None
