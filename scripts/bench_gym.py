@@ -42,7 +42,7 @@ def success(env_name: str, episode: dict) -> bool:
 def play(env_name: str, agent_name: str, episodes: int, seed: int, num_envs: int, scorer=None) -> dict:
     from jetgym.agents import rollout
     from jetgym.scripts.config import compose, to_config
-    from jetgym.scripts.episode import build_agent, make_env
+    from jetgym.scripts.build import build_agent, make_env
 
     config = to_config(compose("episode", [f"env={env_name}", f"agent={agent_name}", f"env.num_envs={min(num_envs, episodes)}"]))
     env = make_env(config)

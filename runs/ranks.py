@@ -1,4 +1,4 @@
-"""Data parallelism on torch.distributed (`torchrun`), for the QA and episode jobs. No scheduler of our own.
+"""Data parallelism on torch.distributed (`torchrun`), for the runners (`run_qa`, `run_episodes`). No scheduler of our own.
 
 Under `torchrun --nproc-per-node=N --no-python jetgym-qa ...` every rank reads RANK / WORLD_SIZE / LOCAL_RANK.
 Work is assigned from its ids (`owner`): a fixed hash, so the split never depends on the number of questions, on
