@@ -32,7 +32,8 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from tqdm import tqdm
 
-from jetgym.scripts.benchmarks_doc import bootstrap_interval, docs_dir, rotated, run_config, spread, write_results
+from jetgym.questions.bootstrap import bootstrap
+from jetgym.scripts.benchmarks_doc import docs_dir, rotated, run_config, spread, write_results
 from jetgym.scripts.config import CONFIG_PATH
 
 AUTO_FITTED = "T+S+P auto (fitted)"
@@ -213,8 +214,8 @@ def held_out_resolution(workloads: list[dict]) -> dict:
 
 def ratio_summary(values: list[float], seed: int = 0) -> dict:
     """Mean (with a 95% bootstrap interval over workloads), median and worst of per-workload ratios."""
-    low, high = bootstrap_interval(values, statistics.mean, seed=seed)
-    return {"workloads": len(values), "mean": statistics.mean(values), "mean_interval_95": [low, high],
+    interval = bootstrap(values, seed=seed)
+    return {"workloads": len(values), "mean": statistics.mean(values), "mean_interval_95": [interval.low, interval.high],
             "median": statistics.median(values), "worst": max(values), "best": min(values)}
 
 
