@@ -214,8 +214,10 @@ def decide_chunks(scorer, chunks: list, pipeline: bool, on_error: str = "stop") 
                 continue
             yield decisions, {}
         return
+    if not chunks:
+        return
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prepare") as worker:
-        ahead = worker.submit(scorer.prepare, chunks[0]) if chunks else None
+        ahead = worker.submit(scorer.prepare, chunks[0])
         for index in range(len(chunks)):
             failed = ahead.exception()
             prepared = None if failed else ahead.result()

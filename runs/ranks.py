@@ -134,7 +134,7 @@ def rank_files(folder: Path, name: str, world_size: int) -> list[Path]:
     return [folder / Ranks(r, world_size).suffix(name) for r in range(world_size)]
 
 
-def merge_jsonl(folder: Path, name: str, world_size: int, order: Iterable[str] | None, key: str | tuple[str, ...]) -> Path:
+def merge_jsonl(folder: Path, name: str, world_size: int, order: Iterable[object] | None, key: str | tuple[str, ...]) -> Path:
     """Merge the ranks' `name` files into `folder/name`, rows ordered by `order` (their `key` values; a tuple
     of fields joins them with "/"), or, with `order=None`, by the key fields' values.
 

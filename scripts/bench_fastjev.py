@@ -1,6 +1,6 @@
 """`jetgym-bench-fastjev`: FastJEV structure and cost on the embedded model (tiny hybrid for S).
 
-Protocol (DESIGN.md, benchmark protocol): the workload grid (default: the paper's 96 workloads) is split by a
+Protocol (docs/design.md, "Benchmark protocol"): the workload grid (default: the paper's 96 workloads) is split by a
 seeded shuffle (`split_seed`) into a fitting half and a held-out half.
 - Fitting half: the three plans `auto` picks from (T+S+P packed, T+S+P segmented, S+P = the flat plan) and
   `jet` (packed) run interleaved, `rounds` rounds each in a rotating order. `auto`'s two constants (the cost
