@@ -11,12 +11,13 @@ over workloads by the seeded bootstrap of `jetgym.questions.bootstrap`. Nothing 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import statistics
 from pathlib import Path
 from typing import Sequence
+
+from jetgym.runs.folder import write_json
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 HEADER = "# Benchmarks\n\nEvery section below is written by the command it names; rerun that command to refresh it.\n"
@@ -42,21 +43,20 @@ def write_section(name: str, body: str, doc: Path | None = None) -> Path:
     return doc
 
 
-def write_json(path: Path, results: dict) -> Path:
-    """Strict JSON (no NaN/Infinity), sorted keys."""
+def _write_json(path: Path, results: dict) -> Path:
+    """Strict JSON, sorted keys, written atomically (`jetgym.runs.folder.write_json`) into a folder it creates."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=2, sort_keys=True, allow_nan=False) + "\n")
-    return path
+    return write_json(path, results, what="the benchmark results")
 
 
 def write_results(out_dir: str | Path, name: str, results: dict, body: str, docs: bool = False) -> Path:
     """`<out_dir>/<name>.json` and `<out_dir>/<name>.md`; with `docs`, also docs/bench/<name>.json and the
     section `name` of docs/benchmarks.md. Returns the run folder's markdown file."""
     out = Path(out_dir)
-    write_json(out / f"{name}.json", results)
+    _write_json(out / f"{name}.json", results)
     (out / f"{name}.md").write_text(body.strip() + "\n")
     if docs:
-        write_json(docs_dir() / "bench" / f"{name}.json", results)
+        _write_json(docs_dir() / "bench" / f"{name}.json", results)
         write_section(name.replace("_", "-"), body)
     return out / f"{name}.md"
 
