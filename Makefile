@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.jetgym-installed
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test lint bench clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,12 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+# mypy on the package (settings and the checks still off: pyproject.toml [tool.mypy]); it reads the package through
+# build/typecheck, links to the top-level folders that .ci/typecheck_tree.py makes from the package-dir mapping
+lint: setup
+	$(PY) .ci/typecheck_tree.py
+	$(PY) -m mypy
 
 bench: setup
 	$(PY) -m pip install -q -e '.[bench]'

@@ -25,6 +25,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from jetgym.scorers.registry import Registry
+from .numbers import number_text
 
 Describe = Callable[[Any], str]
 MAX_NUMBERS = 64  # a Box with more numbers than this (and not an image) needs a describer of its own
@@ -75,20 +76,6 @@ def available_describers() -> list[str]:
 
 
 # --- numbers and values ------------------------------------------------------------------------------------
-def number_text(value, digits: int = 4) -> str:
-    """An integer as an integer; a float with `digits` significant digits (`-0.47`, `0.01235`, `1.5e+06`)."""
-    if isinstance(value, (bool, np.bool_)):
-        return str(int(value))
-    if isinstance(value, (int, np.integer)):
-        return str(int(value))
-    value = float(value)
-    if not np.isfinite(value):
-        return str(value)
-    if value == int(value) and abs(value) < 1e15:
-        return str(int(value))
-    return f"{value:.{digits}g}"
-
-
 def array_text(values, digits: int = 4, names=None) -> str:
     """`[0.1, -0.47]`, or `name 0.1, other -0.47` when the components are named."""
     flat = np.asarray(values).reshape(-1)

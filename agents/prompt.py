@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .describers import number_text
+from .numbers import number_text
 
 QUESTION = "What should you do now? Answer with one control."
 

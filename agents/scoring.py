@@ -21,6 +21,17 @@ PERCEPTIONS = ("none", "describe")
 POLICIES = ("argmax", "sample")
 
 
+def check_agent_options(perception: str, policy: str, memory: int, temperature: float, prefix: str = "") -> None:
+    """The scorer agent's option checks (the one copy: `ScorerAgent` and the `agent` config call it); prefix: where
+    the options were set (e.g. "agent."), named in the error."""
+    check_choice(f"{prefix}perception", perception, PERCEPTIONS)
+    check_choice(f"{prefix}policy", policy, POLICIES)
+    if memory < 0:
+        raise ValueError(f"{prefix}memory must be >= 0, got {memory}")
+    if not temperature > 0:
+        raise ValueError(f"{prefix}temperature must be > 0, got {temperature}")
+
+
 @AGENTS.register("scorer")
 class ScorerAgent:
     """Builds a question from the observation, asks the scorer (`decide_many`), acts on the distribution.
@@ -43,12 +54,7 @@ class ScorerAgent:
     def __init__(self, scorer, task: str | None = None, memory: int = 0, describer: str | Callable = "auto",
                  perception: Perception = "describe", policy: Policy = "argmax", temperature: float = 1.0,
                  screenshot: bool = False, env=None, observation_space=None, digits: int = 4, examples=()):
-        check_choice("perception", perception, PERCEPTIONS)
-        check_choice("policy", policy, POLICIES)
-        if memory < 0:
-            raise ValueError(f"memory must be >= 0, got {memory}")
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
+        check_agent_options(perception, policy, memory, temperature)
         if digits < 1:
             raise ValueError(f"digits must be >= 1, got {digits}")
         self.scorer, self.memory = scorer, memory

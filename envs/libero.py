@@ -253,7 +253,7 @@ if gym is not None:
         """Replay of recorded LIBERO frames, one frame per step, episode after episode.
 
         episodes: `LiberoEpisode`s (from `read_libero`); questions_for: episode, step -> list of questions
-        (default: `jetgym.questions.libero.frame_questions`). reset(seed) picks the starting episode by
+        (e.g. `jetgym.questions.libero.frame_questions`; the env does not import the question sets). reset(seed) picks the starting episode by
         the seed (options={"episode": i} picks one); an episode ends after its last rendered frame.
         The action answers the frame's first question (an index into its candidates); reward 0: the env
         replays, it does not grade. `info`: "questions", "candidates" (the first question's texts),
@@ -263,15 +263,14 @@ if gym is not None:
         metadata = {"render_modes": ["rgb_array"]}
         MAX_CANDIDATES = 8
 
-        def __init__(self, episodes: list[LiberoEpisode], questions_for=None, render_mode: str | None = None):
+        def __init__(self, episodes: list[LiberoEpisode], questions_for, render_mode: str | None = None):
             if not episodes:
                 raise ValueError("LiberoFramesEnv needs at least one episode")
             if render_mode not in (None, "rgb_array"):
                 raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
-            if questions_for is None:
-                from jetgym.questions.libero import frame_questions
-
-                questions_for = frame_questions
+            if not callable(questions_for):
+                raise TypeError("LiberoFramesEnv needs questions_for(episode, step) -> list of questions, e.g. "
+                                "jetgym.questions.libero.frame_questions")
             self.episodes = list(episodes)
             self.questions_for = questions_for
             self.render_mode = render_mode

@@ -1,15 +1,22 @@
-"""Episode (cluster) bootstrap intervals for accuracy, and the paired version for comparing two runs.
+"""Bootstrap intervals: the one implementation every report and benchmark uses.
+
+- `bootstrap(values, statistic=None)`: plain: each value its own unit (independent questions, episodes or
+  workloads); the statistic defaults to the mean, and may be any function of the resampled values.
+- `episode_bootstrap(values, clusters)`: cluster: whole clusters (episodes) are resampled.
+- `paired_episode_bootstrap(a, b, clusters)`: the difference of two runs over the same questions, both resampled
+  with the same clusters.
 
 Frames of one episode are correlated, so the resampling unit is the episode: each bootstrap sample
 draws as many episodes as there are, with replacement, and keeps every question of a drawn episode.
 The statistic is the mean over the questions of the sample (episodes weigh by their question count).
-Percentile intervals; `samples` (default 2,000) draws from `numpy.random.default_rng(seed)`.
+Percentile intervals (`numpy.quantile`, linear); `samples` (default 2,000) draws of unit indices from
+`numpy.random.default_rng(seed).integers` (`draw_clusters`).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Hashable, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 
@@ -58,6 +65,24 @@ def _interval(estimate: float, stats: np.ndarray, confidence: float, clusters: i
     tail = (1 - confidence) / 2
     low, high = np.quantile(stats, [tail, 1 - tail])
     return Interval(float(estimate), float(low), float(high), len(stats), clusters, confidence)
+
+
+def bootstrap(values: Sequence[Any], statistic: Callable[[list], float] | None = None, samples: int = SAMPLES,
+              seed: int = SEED, confidence: float = 0.95) -> Interval:
+    """Percentile interval of `statistic` (default: the mean) over `values` resampled with replacement, each
+    value its own unit. `statistic` receives a list of resampled values (pass indices as the values to
+    resample several columns together)."""
+    values = list(values)
+    if not values:
+        raise ValueError("the bootstrap needs at least one value")
+    draws = draw_clusters(len(values), samples, seed)
+    if statistic is None:
+        array = np.asarray(values, dtype=float)
+        stats, estimate = array[draws].mean(axis=1), array.mean()
+    else:
+        stats = np.array([statistic([values[i] for i in row]) for row in draws], dtype=float)
+        estimate = statistic(values)
+    return _interval(float(estimate), stats, confidence, len(values))
 
 
 def episode_bootstrap(values: Sequence[float], clusters: Sequence[Hashable], samples: int = SAMPLES,

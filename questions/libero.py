@@ -39,7 +39,7 @@ import numpy as np
 
 from jetgym.scorers.types import Question
 
-from .sets import QUESTION_SETS, SET_SUBSETS, _apply_limit
+from .sets import _apply_limit, register_question_set
 
 QUESTION_TYPES = ("r2_dir", "r2_done", "r2_first", "r2_grasp", "r2_hold", "r2_instr", "r2_phase", "r2_prog")
 LIBERO_SUBSETS = ("all", "images")
@@ -298,10 +298,7 @@ def _episodes(path: str):
     return with_facts(read_libero(path))
 
 
-SET_SUBSETS["libero"] = LIBERO_SUBSETS
-
-
-@QUESTION_SETS.register("libero")
+@register_question_set("libero", LIBERO_SUBSETS)
 def load_libero(subset: str = "all", limit: int | None = None, path: str | None = None) -> list[Question]:
     """LIBERO offline QA: eight questions per rendered frame of every episode in the file.
 

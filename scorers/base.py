@@ -9,7 +9,7 @@ validated options dataclass (its class is `Options`); `describe()` is what summa
 from __future__ import annotations
 
 from dataclasses import asdict, fields
-from typing import Any, ClassVar, Protocol, Sequence, runtime_checkable
+from typing import Any, ClassVar, Iterable, Protocol, Sequence, runtime_checkable
 
 from .registry import Registry
 from .types import Decision, Question
@@ -73,13 +73,26 @@ def make_scorer(name: str, **options) -> Scorer:
     """Build the scorer registered under `name` with its options (model, placement, schedule, ...).
 
     An option the scorer does not take is refused by name, before any model is loaded."""
-    known = option_names(name)
-    if known is not None:
-        unknown = sorted(set(options) - set(known))
-        if unknown:
-            raise ValueError(f"scorer {name!r} takes no option {', '.join(map(repr, unknown))}; "
-                             f"its options: {', '.join(known)}")
+    check_options(name, options)
     return SCORERS.get(name)(**options)
+
+
+def check_options(name: str, options: Iterable[str], prefix: str | None = None) -> None:
+    """Refuse option names the scorer `name` does not take (the one check, for `make_scorer` and the configs).
+
+    prefix: where the options were set in a config (e.g. "scorer."): the error then names `scorer.<option>` and
+    the options a config may set (all but model and placement)."""
+    known = option_names(name)
+    if known is None:
+        return
+    unknown = sorted(set(options) - set(known))
+    if not unknown:
+        return
+    if prefix is None:
+        raise ValueError(f"scorer {name!r} takes no option {', '.join(map(repr, unknown))}; "
+                         f"its options: {', '.join(known)}")
+    raise ValueError(f"{prefix}{unknown[0]} does not apply to scorer={name} (its options: "
+                     f"{', '.join(k for k in known if k not in ('model', 'placement'))})")
 
 
 def available_scorers() -> list[str]:

@@ -1,6 +1,6 @@
 """`jetgym-bench`: JET execution cost on the MMLU subset against floors, the reference and lm-eval.
 
-Protocol (DESIGN.md): every method runs in one process, `rounds` times per question, interleaved in an order
+Protocol (docs/design.md, "Benchmark protocol"): every method runs in one process, `rounds` times per question, interleaved in an order
 that rotates every round (each method leads in turn), after an untimed warm-up on the first questions:
   info floor     one forward over the prefix alone (the least any scorer must compute);
   compute floor  one plain causal forward over exactly the tokens the packed call feeds

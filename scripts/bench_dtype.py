@@ -148,10 +148,10 @@ def with_threads(fn, threads: Optional[int]):
 def recorded_questions(steps: str, limit: int | None = None) -> list:
     """The questions a jetgym-episode run asked (its steps.jsonl rows with a recorded question), in order, each
     against the nine controls."""
-    import json
     from pathlib import Path
 
     from jetgym.envs.vizdoom import CONTROLS
+    from jetgym.runs.folder import read_jsonl
     from jetgym.scorers.types import Question
 
     path = Path(steps)
@@ -159,8 +159,7 @@ def recorded_questions(steps: str, limit: int | None = None) -> list:
         raise FileNotFoundError(f"steps={steps!r}: no such file; give the steps.jsonl of a jetgym-episode run")
     texts = [c.text for c in CONTROLS]
     questions = []
-    for line in path.read_text().splitlines():
-        row = json.loads(line)
+    for row in read_jsonl(path, what="step"):
         if row.get("question") is None:
             continue
         context = row["question"]  # one message, or the chat messages as a list

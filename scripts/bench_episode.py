@@ -20,7 +20,6 @@ noted in docs/benchmarks.md. The scorer's decisions/s (agent time only, not the 
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import time
 from pathlib import Path
@@ -31,6 +30,7 @@ from jetgym.questions.bootstrap import episode_bootstrap, paired_episode_bootstr
 from jetgym.scorers.priors import NORMALIZATIONS
 from jetgym.scripts.benchmarks_doc import parse_counts, write_results
 from jetgym.scripts.config import compose
+from jetgym.runs.folder import read_jsonl
 from jetgym.scripts.episode import EPISODES, run_episodes
 
 SCENARIOS = ("defend_the_center", "basic", "health_gathering")
@@ -50,7 +50,7 @@ def is_scorer(name: str) -> bool:
 
 def returns_of(out: Path) -> list[float]:
     """Episode returns in episode order, read back from the run's episodes.jsonl."""
-    rows = [json.loads(line) for line in (out / EPISODES).read_text().splitlines()]
+    rows = read_jsonl(out / EPISODES, what="episode")
     return [row["return"] for row in sorted(rows, key=lambda row: row["episode"])]
 
 

@@ -1,6 +1,6 @@
 """`jetgym-bench-fastjev`: FastJEV structure and cost on the embedded model (tiny hybrid for S).
 
-Protocol (DESIGN.md, benchmark protocol): the workload grid (default: the paper's 96 workloads) is split by a
+Protocol (docs/design.md, "Benchmark protocol"): the workload grid (default: the paper's 96 workloads) is split by a
 seeded shuffle (`split_seed`) into a fitting half and a held-out half.
 - Fitting half: the three plans `auto` picks from (T+S+P packed, T+S+P segmented, S+P = the flat plan) and
   `jet` (packed) run interleaved, `rounds` rounds each in a rotating order. `auto`'s two constants (the cost
@@ -32,7 +32,8 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from tqdm import tqdm
 
-from jetgym.scripts.benchmarks_doc import bootstrap_interval, docs_dir, rotated, run_config, spread, write_results
+from jetgym.questions.bootstrap import bootstrap
+from jetgym.scripts.benchmarks_doc import docs_dir, rotated, run_config, spread, write_results
 from jetgym.scripts.config import CONFIG_PATH
 
 AUTO_FITTED = "T+S+P auto (fitted)"
@@ -213,8 +214,8 @@ def held_out_resolution(workloads: list[dict]) -> dict:
 
 def ratio_summary(values: list[float], seed: int = 0) -> dict:
     """Mean (with a 95% bootstrap interval over workloads), median and worst of per-workload ratios."""
-    low, high = bootstrap_interval(values, statistics.mean, seed=seed)
-    return {"workloads": len(values), "mean": statistics.mean(values), "mean_interval_95": [low, high],
+    interval = bootstrap(values, seed=seed)
+    return {"workloads": len(values), "mean": statistics.mean(values), "mean_interval_95": [interval.low, interval.high],
             "median": statistics.median(values), "worst": max(values), "best": min(values)}
 
 

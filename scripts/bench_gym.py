@@ -23,15 +23,15 @@ import time
 
 import numpy as np
 
+from jetgym.questions.bootstrap import bootstrap
+
 ENVS = {"frozenlake": "FrozenLake-v1", "taxi": "Taxi-v4"}
 
 
-def interval(values, rounds: int = 2000, seed: int = 0) -> tuple[float, float, float]:
-    """Mean and 95% percentile-bootstrap interval."""
-    values = np.asarray(values, float)
-    rng = np.random.default_rng(seed)
-    means = values[rng.integers(0, len(values), (rounds, len(values)))].mean(axis=1)
-    return float(values.mean()), float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+def interval(values, seed: int = 0) -> tuple[float, float, float]:
+    """Mean and 95% percentile-bootstrap interval (`jetgym.questions.bootstrap.bootstrap`)."""
+    found = bootstrap(values, seed=seed)
+    return found.estimate, found.low, found.high
 
 
 def success(env_name: str, episode: dict) -> bool:
@@ -42,7 +42,7 @@ def success(env_name: str, episode: dict) -> bool:
 def play(env_name: str, agent_name: str, episodes: int, seed: int, num_envs: int, scorer=None) -> dict:
     from jetgym.agents import rollout
     from jetgym.scripts.config import compose, to_config
-    from jetgym.scripts.episode import build_agent, make_env
+    from jetgym.scripts.build import build_agent, make_env
 
     config = to_config(compose("episode", [f"env={env_name}", f"agent={agent_name}", f"env.num_envs={min(num_envs, episodes)}"]))
     env = make_env(config)

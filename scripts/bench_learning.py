@@ -36,7 +36,7 @@ def play(overrides: list[str], agent: str, seeds: tuple[int, int], adapter: str 
          control: str | None = None, scorer=None) -> list[dict]:
     from jetgym.agents import rollout
     from jetgym.scripts.config import compose, to_config
-    from jetgym.scripts.episode import build_agent, make_env
+    from jetgym.scripts.build import build_agent, make_env
 
     extra = [f"agent={agent}"] + ([f"agent.control={control}"] if control else []) \
         + ([f"model.adapter={adapter}"] if adapter else [])

@@ -31,7 +31,7 @@ def play(env_name: str, agent_name: str, episodes: int, seed: int, num_envs: int
     """(env id, episode rows) of one agent on one env config, seeds seed..seed+episodes-1."""
     from jetgym.agents import rollout
     from jetgym.scripts.config import compose, to_config
-    from jetgym.scripts.episode import build_agent, make_env
+    from jetgym.scripts.build import build_agent, make_env
 
     overrides = [f"env={env_name}", f"agent={agent_name}", f"env.num_envs={min(num_envs, episodes)}"]
     config = to_config(compose("episode", overrides))

@@ -16,20 +16,20 @@ from __future__ import annotations
 
 import argparse
 import platform
-import random
 import time
 
 from jetgym.questions import metrics as M
+from jetgym.questions.bootstrap import bootstrap
 from jetgym.scorers.priors import NORMALIZATIONS
 
 PREMISES = {"contextual": "Question: N/A\nAnswer:", "pmi": "Answer:"}
 RESAMPLES = 2000
 
 
-def bootstrap(values_fn, n: int, seed: int = 0) -> tuple[float, float]:
-    rng = random.Random(seed)
-    stats = sorted(values_fn([rng.randrange(n) for _ in range(n)]) for _ in range(RESAMPLES))
-    return stats[int(0.025 * RESAMPLES)], stats[int(0.975 * RESAMPLES) - 1]
+def interval(statistic, n: int, seed: int = 0) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of `statistic(indices)` over the n questions (`jetgym.questions.bootstrap`)."""
+    found = bootstrap(range(n), statistic, samples=RESAMPLES, seed=seed)
+    return found.low, found.high
 
 
 def summarize(decisions, reference=None) -> dict:
@@ -39,18 +39,18 @@ def summarize(decisions, reference=None) -> dict:
     correct = [r["correct"] for r in rows]
     n = len(rows)
     out = {k: m[k] for k in ("accuracy", "mean_gold_nll", "ece", "brier", "questions")}
-    out["accuracy_ci"] = bootstrap(lambda idx: sum(correct[i] for i in idx) / n, n)
-    out["mean_gold_nll_ci"] = bootstrap(lambda idx: sum(rows[i]["gold_nll"] for i in idx) / n, n, 1)
+    out["accuracy_ci"] = interval(lambda idx: sum(correct[i] for i in idx) / n, n)
+    out["mean_gold_nll_ci"] = interval(lambda idx: sum(rows[i]["gold_nll"] for i in idx) / n, n, 1)
 
     def ece(idx):
         probs = [M.softmax(scores[i]) for i in idx]
         return M.expected_calibration_error([max(p) for p in probs], [correct[i] for i in idx])
 
-    out["ece_ci"] = bootstrap(ece, n, 2)
+    out["ece_ci"] = interval(ece, n, 2)
     if reference is not None:
         ref = [d.correct for d in reference]
         out["accuracy_minus_none"] = (sum(correct) - sum(ref)) / n
-        out["accuracy_minus_none_ci"] = bootstrap(lambda idx: sum(correct[i] - ref[i] for i in idx) / n, n, 3)
+        out["accuracy_minus_none_ci"] = interval(lambda idx: sum(correct[i] - ref[i] for i in idx) / n, n, 3)
     return out
 
 

@@ -6,7 +6,7 @@ configured scorer (its `normalization` included); or `fit_responses`, a response
 held-out questions already scored. `evaluate` (optional) is the responses.jsonl (or run folder) of the
 evaluated run: its ids must not occur in the fit set, and its rows must carry the same normalization.
 
-Writes into the run folder: fit_responses.jsonl (when scored here), calibration.json (the temperature, and
+Writes into the run folder: fit/ (when scored here: a `run_qa` folder, resumed by a rerun), calibration.json (the temperature, and
 accuracy / gold NLL / ECE / Brier / reliability bins before (T = 1) and after, on the fit set and on the
 evaluated set), reliability_fit.png, reliability_eval.png and report.md. Use the temperature with
 `scorer.temperature=<T>` (choices never change; probabilities do).
@@ -14,8 +14,7 @@ evaluated set), reliability_fit.png, reliability_eval.png and report.md. Use the
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -24,9 +23,12 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 
 from jetgym.questions import metrics as M
+from jetgym.runs.folder import write_json, write_text
+from jetgym.runs.qa import read_responses, run_qa
 from jetgym.scripts.config import CONFIG_PATH, ModelConfig, PlacementConfig, ScorerConfig, build_scorer, to_config
 
 RESPONSES = "responses.jsonl"
+FIT = "fit"  # the run folder of the held-out questions scored here
 
 
 @dataclass
@@ -55,34 +57,26 @@ ConfigStore.instance().store(name="calibrate_probs_schema", node=CalibrateProbsC
 
 
 def read_rows(path: str | Path) -> list[dict]:
-    """Response rows from a responses.jsonl or a run folder holding one."""
+    """Response rows from a responses.jsonl or a run folder holding one (`jetgym.runs.qa.read_responses`)."""
     path = Path(path)
     if path.is_dir():
         path = path / RESPONSES
     if not path.is_file():
         raise FileNotFoundError(f"no responses file at {path}")
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return list(read_responses(path).values())
 
 
 def score_held_out(config: CalibrateProbsConfig, out: Path) -> list[dict]:
-    """Score the held-out pool with the configured scorer; rows also go to fit_responses.jsonl."""
-    from tqdm import tqdm
-
+    """Score the held-out pool with the configured scorer into the run folder `out/fit` (`run_qa`: resumable)."""
     from jetgym.scripts.calibrate import calibration_questions
 
     questions, _ = calibration_questions(config.size, config.exclude_subset)
-    scorer = build_scorer(config)
-    rows = []
-    with open(out / "fit_responses.jsonl", "w", encoding="utf-8") as sink, tqdm(total=len(questions), unit="q",
-                                                                              desc="held-out") as bar:
-        for start in range(0, len(questions), config.chunk_size):
-            chunk = scorer.decide_many(questions[start:start + config.chunk_size])
-            for decision in chunk:
-                row = decision.to_dict()
-                rows.append(row)
-                sink.write(json.dumps(row, sort_keys=True) + "\n")
-            bar.update(len(chunk))
-    return rows
+    settings = {"model": config.model.spec, "placement": asdict(config.placement), "scorer": asdict(config.scorer),
+                "size": config.size, "exclude_subset": config.exclude_subset}
+    run_qa(questions, lambda: build_scorer(config), out / FIT, chunk_size=config.chunk_size, pipeline=False,
+           settings=settings, about={"model": config.model.spec, "placement": asdict(config.placement),
+                                     "dataset": {"name": "mmlu held-out", "subset": "calibration"}})
+    return read_rows(out / FIT)
 
 
 def normalization_of(rows: list[dict]) -> set[str]:
@@ -115,8 +109,8 @@ def calibrate_probs(config: CalibrateProbsConfig, out: Path) -> dict:
                               "after": M.metrics(e_scores, e_gold, temperature, config.bins)}
         M.plot_reliability({"uncalibrated": result["evaluate"]["before"], "temperature-scaled": result["evaluate"]["after"]},
                            out / "reliability_eval.png", "Reliability: evaluated set")
-    (out / "calibration.json").write_text(json.dumps(result, sort_keys=True, indent=2, allow_nan=False) + "\n")
-    (out / "report.md").write_text(render_report(result))
+    write_json(out / "calibration.json", result, what="the calibration")
+    write_text(out / "report.md", render_report(result))
     return result
 
 

@@ -19,10 +19,10 @@ from omegaconf import OmegaConf
 
 from jetgym.agents import available_agents, available_describers
 from jetgym.agents.prompt import check_examples
-from jetgym.agents.scoring import PERCEPTIONS, POLICIES
+from jetgym.agents.scoring import check_agent_options
 from jetgym.questions.sets import subsets_of
 from jetgym.scorers import available_scorers, option_names
-from jetgym.scorers.base import SCORERS
+from jetgym.scorers.base import SCORERS, check_options
 from jetgym.scorers.fastjev.options import FastJevOptions
 from jetgym.scorers.jet import JetOptions
 from jetgym.scorers.placement import Placement
@@ -102,12 +102,8 @@ def scorer_settings(scorer) -> dict:
 def _check_scorer(self) -> None:
     check_choice("scorer.name", self.name, available_scorers())
     settings = scorer_settings(self)
-    known = option_names(self.name)
-    if known is not None:
-        unknown = sorted(set(settings) - set(known))
-        if unknown:
-            raise ValueError(f"scorer.{unknown[0]} does not apply to scorer={self.name} (its options: "
-                             f"{', '.join(k for k in known if k not in ('model', 'placement'))})")
+    check_options(self.name, settings, prefix="scorer.")
+    if option_names(self.name) is not None:
         SCORERS.get(self.name).Options(**settings)  # the library's value checks, before any model loads
 
 
@@ -240,12 +236,7 @@ class AgentConfig:
             raise ValueError("agent.control is the fixed agent's control: set it with agent=fixed "
                              "(e.g. agent=fixed agent.control=attack), and only there")
         check_choice("agent.describer", self.describer, available_describers())
-        check_choice("agent.perception", self.perception, PERCEPTIONS)
-        check_choice("agent.policy", self.policy, POLICIES)
-        if self.memory < 0:
-            raise ValueError(f"agent.memory must be >= 0, got {self.memory}")
-        if not self.temperature > 0:
-            raise ValueError(f"agent.temperature must be > 0, got {self.temperature}")
+        check_agent_options(self.perception, self.policy, self.memory, self.temperature, prefix="agent.")
 
 
 @dataclass

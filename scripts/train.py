@@ -50,7 +50,7 @@ def train(cfg: Any, output_dir: str | None = None, progress: bool = True) -> dic
         return run_sft(policy, questions[cut:], options, out, held_out=questions[:cut], seed=config.seed,
                        checkpoint_every=config.train.checkpoint_every, autocast=config.train.autocast,
                        config=record, progress=progress)
-    from jetgym.scripts.episode import build_agent, make_env
+    from jetgym.scripts.build import build_agent, make_env
 
     options = options_of(config, PPOOptions)
     record["env"] = dataclasses.asdict(config.env)

@@ -21,7 +21,8 @@ from jetgym.scorers.options import ScorerOptions
 from jetgym.scorers.placement import Placement
 from jetgym.scorers.types import Question
 from jetgym.scripts.config import compose, to_config
-from jetgym.scripts.run_folder import FolderInUseError, check_output_dir_argument, folder_lock, make_folder
+from jetgym.runs.folder import FolderInUseError, folder_lock, make_folder
+from jetgym.scripts.cli import check_output_dir_argument
 
 USER = {"role": "user", "content": "hi"}
 

@@ -4,6 +4,7 @@ the fit of `auto`'s constants, and the model FLOP counter."""
 from __future__ import annotations
 
 import random
+import statistics
 
 import pytest
 
@@ -11,7 +12,8 @@ from jetgym.scripts.bench import BenchConfig, per_question_summary
 from jetgym.scripts.bench_fastjev import (BenchFastJevConfig, auto_ratio, chosen_plan, fit_plan_costs, grid_questions,
                                           held_out_resolution,
                                           plan_cost, plan_features, split_grid)
-from jetgym.scripts.benchmarks_doc import bootstrap_interval, rotated, spread
+from jetgym.questions.bootstrap import bootstrap
+from jetgym.scripts.benchmarks_doc import rotated, spread
 
 
 # ---------------------------------------------------------------- interleaving and summaries
@@ -33,10 +35,21 @@ def test_spread_keeps_the_first_pass_and_the_quartiles():
 
 def test_bootstrap_interval_is_seeded_and_brackets_the_mean():
     values = [1.0, 1.1, 0.9, 1.3, 1.0, 0.95]
-    low, high = bootstrap_interval(values)
-    assert (low, high) == bootstrap_interval(values)
-    assert low <= sum(values) / len(values) <= high
-    assert bootstrap_interval([2.0, 2.0]) == (2.0, 2.0)
+    found = bootstrap(values)
+    assert found == bootstrap(values) and found != bootstrap(values, seed=1)
+    assert found.estimate == pytest.approx(sum(values) / len(values)) and found.low <= found.estimate <= found.high
+    assert (bootstrap([2.0, 2.0]).low, bootstrap([2.0, 2.0]).high) == (2.0, 2.0)
+
+
+def test_plain_bootstrap_with_a_statistic_resamples_the_same_draws_as_the_mean():
+    values = [0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0]
+    mean = bootstrap(values, samples=300, seed=4)
+    by_function = bootstrap(values, lambda sample: sum(sample) / len(sample), samples=300, seed=4)
+    assert (by_function.low, by_function.high, by_function.estimate) == pytest.approx((mean.low, mean.high, mean.estimate))
+    median = bootstrap(values, statistics.median, samples=300, seed=4)
+    assert median.estimate == 1.0 and median.samples == 300 and median.clusters == len(values)
+    with pytest.raises(ValueError, match="the bootstrap needs at least one value"):
+        bootstrap([])
 
 
 def test_per_question_summary_reports_medians_quartiles_and_first_pass():

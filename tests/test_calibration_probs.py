@@ -137,3 +137,23 @@ def test_calibrate_probs_config_composes():
         config = to_config(compose("calibrate_probs", overrides=["scorer.normalization=pmi", "size=7"]))
     assert config.size == 7 and scorer_options(config)["normalization"] == "pmi"
     assert scorer_options(config)["template"] == "none"
+
+
+def test_held_out_questions_are_scored_into_a_resumable_run_folder(tmp_path, fake_scorer):
+    from hydra import compose, initialize_config_module
+
+    from jetgym.runs.folder import read_jsonl
+    from jetgym.scripts.calibrate_probs import calibrate_probs
+    from jetgym.scripts.config import to_config
+
+    with initialize_config_module(config_module="jetgym.conf", version_base=None):
+        config = to_config(compose("calibrate_probs", overrides=["scorer.name=fake", "size=6",
+                                                                  "chunk_size=4"]))
+    result = calibrate_probs(config, tmp_path)
+    rows = read_jsonl(tmp_path / "fit" / "responses.jsonl")
+    assert len(rows) == 6 and len({row["id"] for row in rows}) == 6
+    assert json.loads((tmp_path / "calibration.json").read_text())["temperature"] == result["temperature"]
+    before = (tmp_path / "fit" / "responses.jsonl").read_bytes()
+    calibrate_probs(config, tmp_path)  # a rerun resumes the folder: nothing is scored again
+    assert (tmp_path / "fit" / "responses.jsonl").read_bytes() == before
+    assert json.loads((tmp_path / "fit" / "summary.json").read_text())["requests_this_run"] == 0

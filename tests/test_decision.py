@@ -1,4 +1,4 @@
-"""The decision rules of the design notes, on hand-made log-likelihoods."""
+"""The decision rules of the scoring contract (docs/design.md), on hand-made log-likelihoods."""
 
 import math
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from jetgym.scripts import distributed
-from jetgym.scripts.distributed import Ranks, merge_jsonl, owner
+from jetgym.runs import ranks as distributed
+from jetgym.runs.ranks import Ranks, merge_jsonl, owner
 
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}

@@ -456,7 +456,9 @@ def test_env_passes_checker_and_replays_frames():
     from jetgym.envs.libero import LiberoFramesEnv
 
     eps = _episodes_for_report()
-    env = LiberoFramesEnv(eps)
+    with pytest.raises(TypeError, match=r"LiberoFramesEnv needs questions_for\(episode, step\)"):
+        LiberoFramesEnv(eps, None)
+    env = LiberoFramesEnv(eps, L.frame_questions)
     check_env(env, skip_render_check=True)
     obs, info = env.reset(seed=0, options={"episode": 1})
     assert obs["agentview"].shape == (8, 8, 3) and obs["instruction"].startswith("put both")

@@ -15,7 +15,7 @@ MODELS = {"llama-sdpa": lambda: tiny_llama("sdpa"), "llama-eager": lambda: tiny_
 
 
 def tolerance(question):
-    """DESIGN.md: 1e-4 + 1e-5 per candidate token."""
+    """docs/design.md, "Equivalence tolerance": 1e-4 + 1e-5 per candidate token."""
     return 1e-4 + 1e-5 * max(len(c) for c in question.continuations)
 
 

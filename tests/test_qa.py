@@ -10,6 +10,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from jetgym.questions.sets import load_mmlu
+from jetgym.runs import qa as runner
 from jetgym.scripts import qa
 from jetgym.scripts.config import to_config
 
@@ -170,7 +171,7 @@ import zlib  # noqa: E402
 from jetgym.scorers import available_scorers, register_scorer  # noqa: E402
 from jetgym.scorers.decision import make_decision  # noqa: E402
 from jetgym.scorers.types import Usage  # noqa: E402
-from jetgym.scripts.run_folder import LOCK, FolderInUseError, folder_lock  # noqa: E402
+from jetgym.runs.folder import LOCK, FolderInUseError, folder_lock  # noqa: E402
 
 
 def strict_loads(text: str):
@@ -226,7 +227,7 @@ def test_a_second_run_into_a_locked_folder_is_refused(tmp_path, fake_scorer):
 @pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_a_killed_run_leaves_no_stuck_lock(tmp_path, fake_scorer, stop):
     holder = subprocess.Popen([sys.executable, "-c",
-                               "import sys, time; from pathlib import Path; from jetgym.scripts.run_folder import folder_lock\n"
+                               "import sys, time; from pathlib import Path; from jetgym.runs.folder import folder_lock\n"
                                f"with folder_lock(Path({str(tmp_path)!r}), 'jetgym-qa'):\n"
                                "    print('held', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
     try:
@@ -270,7 +271,7 @@ def test_extreme_gold_nll_writes_strict_json_with_robust_means(tmp_path, fake_sc
     assert on_disk["median_gold_nll"] < 10 and on_disk["clipped_mean_gold_nll"] < 10  # ... not these
     assert on_disk["max_gold_nll"] == rows[0]["gold_nll"] and on_disk["gold_nll_clip"] == pytest.approx(34.5388, abs=1e-3)
     assert summary["clipped_mean_gold_nll"] == pytest.approx(
-        sum(min(r["gold_nll"], qa.GOLD_NLL_CLIP) for r in rows) / LIMIT)
+        sum(min(r["gold_nll"], runner.GOLD_NLL_CLIP) for r in rows) / LIMIT)
     assert "clipped mean" in (tmp_path / "report.md").read_text()
 
 
@@ -328,7 +329,7 @@ def test_an_oversized_question_stops_the_run_naming_it(tmp_path, pipeline):
     data = oversized_set(tmp_path)
     config = qa_config(tmp_path / "out", "scorer.name=composition", "dataset=jsonl", f"dataset.path={data}",
                        "dataset.limit=null", "chunk_size=4", f"pipeline={pipeline}")
-    with pytest.raises(qa.QuestionError, match=rf"question 'q5' \({data}:6\): context of 5000 tokens .* exceeds the model "
+    with pytest.raises(runner.QuestionError, match=rf"question 'q5' \({data}:6\): context of 5000 tokens .* exceeds the model "
                                                r"window; fix or remove the question \(or set on_error=skip"):
         qa.run_qa(config)
     assert [json.loads(x)["id"] for x in lines(tmp_path / "out")] == ["q0", "q1", "q2", "q3"]
@@ -353,7 +354,7 @@ def test_on_error_skip_records_and_counts_skipped_questions(tmp_path, pipeline):
         (tmp_path / "out" / "responses.jsonl").write_bytes(b"".join(before.splitlines(keepends=True)[:keep]))
         qa.run_qa(qa_config(tmp_path / "out", *overrides))
         assert (tmp_path / "out" / "responses.jsonl").read_bytes() == before
-    assert qa.read_runs(tmp_path / "out" / "runs.jsonl")[-1]["skipped"] == 0  # a recorded skip is not retried
+    assert runner.read_runs(tmp_path / "out" / "runs.jsonl")[-1]["skipped"] == 0  # a recorded skip is not retried
 
 
 def test_on_error_must_be_stop_or_skip(tmp_path):

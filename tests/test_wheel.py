@@ -33,8 +33,9 @@ def wheel(tmp_path_factory) -> Path:
 def test_wheel_holds_configs_and_calibration(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"jetgym/conf/qa.yaml", "jetgym/conf/episode.yaml", "jetgym/conf/scorer/jet.yaml",
-            "jetgym/scorers/fastjev/calibrations/smollm2-135m-instruct.json", "jetgym/__init__.py"} <= names
-    assert not [n for n in names if n.split("/")[0] in ("agents", "envs", "scorers", "scripts", "conf", "tests")]
+            "jetgym/scorers/fastjev/calibrations/smollm2-135m-instruct.json", "jetgym/__init__.py",
+            "jetgym/py.typed", "jetgym/runs/folder.py", "jetgym/runs/qa.py", "jetgym/runs/episodes.py"} <= names
+    assert not [n for n in names if n.split("/")[0] in ("agents", "envs", "scorers", "runs", "scripts", "conf", "tests")]
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Data parallelism on torch.distributed (`torchrun`), for the QA and episode jobs. No scheduler of our own.
+"""Data parallelism on torch.distributed (`torchrun`), for the runners (`run_qa`, `run_episodes`). No scheduler of our own.
 
 Under `torchrun --nproc-per-node=N --no-python jetgym-qa ...` every rank reads RANK / WORLD_SIZE / LOCAL_RANK.
 Work is assigned from its ids (`owner`): a fixed hash, so the split never depends on the number of questions, on
@@ -134,7 +134,7 @@ def rank_files(folder: Path, name: str, world_size: int) -> list[Path]:
     return [folder / Ranks(r, world_size).suffix(name) for r in range(world_size)]
 
 
-def merge_jsonl(folder: Path, name: str, world_size: int, order: Iterable[str] | None, key: str | tuple[str, ...]) -> Path:
+def merge_jsonl(folder: Path, name: str, world_size: int, order: Iterable[object] | None, key: str | tuple[str, ...]) -> Path:
     """Merge the ranks' `name` files into `folder/name`, rows ordered by `order` (their `key` values; a tuple
     of fields joins them with "/"), or, with `order=None`, by the key fields' values.
 

@@ -1,0 +1,226 @@
+"""A run folder: the files a job writes and a later run resumes, checks or refuses.
+
+Every job (QA, episodes, training) uses these, and nothing else, to touch its results folder:
+
+- `make_folder(path, setting="output_dir") -> Path`: create it; an unwritable folder is an error naming `setting`.
+- `folder_lock(folder, job, name=LOCK)`: a context manager holding the folder for one process (a second one
+  gets `FolderInUseError`); the kernel drops the lock when the holder dies, SIGKILL included.
+- `dumps(value, indent=None, what="a result") -> str`: strict JSON (sorted keys; NaN/Infinity refused,
+  naming `what` and the key path of the bad number).
+- `write_json(path, value, *, indent=2, what="a result") -> Path` and `write_text(path, text) -> Path`: atomic
+  writes (a temporary file in the same folder, fsync, rename): a reader sees the old file or the new one,
+  never a part.
+- `append_jsonl(path, rows, *, what="a row", sync=True) -> None`: append strict-JSON lines (fsynced with `sync`).
+- `read_jsonl(path, *, what="row") -> list[dict]`: the complete rows of an appended file. A torn last line
+  (a killed write) is cut off the file and not returned; a bad line before the end is an error naming its line.
+- `refuse_results(folder, patterns, *, what="results") -> None`: refuse a folder that already holds files
+  matching `patterns` (another run's results), listing them.
+- `check_settings(path, settings, *, defaults=None) -> None`: refuse to resume a folder whose recorded settings
+  (a JSON file, e.g. `run.json`) differ from `settings`, naming the dotted keys that differ; no file: nothing to check.
+
+Importing this module imports neither Hydra nor torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+LOCK = ".jetgym.lock"
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+FILE_MODE = 0o666 & ~_umask()  # what open() would give a new file (mkstemp alone gives 0600)
+
+
+class FolderInUseError(RuntimeError):
+    """Another live process writes into this results folder."""
+
+
+def make_folder(path: str | os.PathLike, setting: str = "output_dir") -> Path:
+    """Create the results folder (and parents); a folder that cannot be written is a clear error."""
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise PermissionError(f"cannot create {setting} {folder} ({error.strerror}); choose a writable {setting}") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(f"{setting} {folder} is not writable; choose a writable {setting}")
+    return folder
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str | os.PathLike, job: str, name: str = LOCK) -> Iterator[None]:
+    """Hold an exclusive lock on `folder` while a job writes into it; refuse when another process holds it.
+
+    `flock` on `folder/.jetgym.lock`: the kernel drops the lock when the holding process ends however it
+    ends (SIGKILL included), so a crashed run never leaves the folder locked. The lock file stays (it is
+    empty but for the holder's pid and job)."""
+    path = Path(folder) / name  # data-parallel ranks lock their own file (their own part of the folder)
+    file = open(path, "a+", encoding="utf-8")
+    try:
+        try:
+            fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            file.seek(0)
+            holder = file.read().strip() or "another process"
+            raise FolderInUseError(
+                f"{folder} is in use by {holder}: two runs must not write into one folder. Wait for it to "
+                f"finish, or choose another output_dir"
+            ) from None
+        file.seek(0)
+        file.truncate()
+        file.write(f"{job} (pid {os.getpid()})\n")
+        file.flush()
+        yield
+    finally:
+        file.close()  # releases the lock
+
+
+def dumps(value: Any, indent: int | None = None, what: str = "a result") -> str:
+    """Strict JSON with sorted keys: NaN and Infinity are refused, naming what was being written."""
+    try:
+        return json.dumps(value, sort_keys=True, indent=indent, allow_nan=False)
+    except ValueError as error:
+        raise ValueError(f"{what} holds a non-finite number (NaN or Infinity), which JSON cannot represent: "
+                         f"{_non_finite(value)}") from error
+
+
+def _non_finite(value: Any, where: str = "") -> str:
+    """The key path of the first non-finite float in `value`."""
+    if isinstance(value, float) and not (value == value and abs(value) != float("inf")):
+        return f"{where or 'value'} = {value}"
+    if isinstance(value, dict):
+        items: Iterable = value.items()
+    elif isinstance(value, (list, tuple)):
+        items = enumerate(value)
+    else:
+        return ""
+    for key, item in items:
+        found = _non_finite(item, f"{where}.{key}" if where else str(key))
+        if found:
+            return found
+    return ""
+
+
+def write_text(path: str | os.PathLike, text: str) -> Path:
+    """Replace `path` with `text` atomically: a temporary file in the same folder, fsync, rename."""
+    path = Path(path)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as sink:
+            os.fchmod(sink.fileno(), FILE_MODE)
+            sink.write(text)
+            sink.flush()
+            os.fsync(sink.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    with contextlib.suppress(OSError):  # the rename itself survives a crash once the folder is synced
+        folder = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+    return path
+
+
+def write_json(path: str | os.PathLike, value: Any, *, indent: int | None = 2, what: str = "a result") -> Path:
+    """Strict JSON (sorted keys, a final newline) written atomically (`write_text`)."""
+    return write_text(path, dumps(value, indent=indent, what=what) + "\n")
+
+
+def append_jsonl(path: str | os.PathLike, rows: Sequence[dict], *, what: str | Callable[[dict], str] = "a row",
+                 sync: bool = True) -> None:
+    """Append `rows` as strict-JSON lines in one write; with `sync`, flushed and fsynced before returning.
+    what: names a row in the error for a non-finite number (a text, or a function of the row)."""
+    if not rows:
+        return
+    text = "".join(dumps(row, what=what(row) if callable(what) else what) + "\n" for row in rows)
+    with open(path, "a", encoding="utf-8") as sink:
+        sink.write(text)
+        if sync:
+            sink.flush()
+            os.fsync(sink.fileno())
+
+
+def read_jsonl(path: str | os.PathLike, *, what: str = "row") -> list[dict]:
+    """The complete rows of a JSONL file that jobs append to (none when it does not exist).
+
+    A last line that does not parse is the partial write of a killed run: it is cut off the file and not
+    returned. A complete last line whose newline is missing gets its newline. A line that does not parse
+    before the end, or a row that is not a JSON object, is an error naming the file and line."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    rows: list[dict] = []
+    offset = 0
+    lines = data.split(b"\n")
+    for line_no, raw in enumerate(lines, 1):
+        if raw.strip():
+            try:
+                row = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                if any(rest.strip() for rest in lines[line_no:]):
+                    raise ValueError(f"{path}:{line_no}: corrupt {what} line before the end of the file") from None
+                with open(path, "r+b") as file:  # the partial last line of a killed run
+                    file.truncate(offset)
+                return rows
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{line_no}: a {what} must be a JSON object")
+            rows.append(row)
+        offset += len(raw) + 1
+    if data and not data.endswith(b"\n"):
+        with open(path, "ab") as file:  # a complete last line whose newline was not written
+            file.write(b"\n")
+    return rows
+
+
+def refuse_results(folder: str | os.PathLike, patterns: Sequence[str], *, what: str = "results") -> None:
+    """Refuse a folder holding files that match `patterns` (glob, e.g. `steps*.jsonl`): another run's results."""
+    folder = Path(folder)
+    existing = [path.name for pattern in patterns for path in sorted(folder.glob(pattern)) if path.exists()]
+    if existing:
+        shown = ", ".join(existing[:4]) + (f", ... ({len(existing)} files)" if len(existing) > 4 else "")
+        raise FileExistsError(f"{folder} already holds {what} ({shown}); choose a new output_dir (nothing was overwritten)")
+
+
+def check_settings(path: str | os.PathLike, settings: dict, *, defaults: dict | None = None) -> None:
+    """Refuse to resume when the settings recorded at `path` differ from `settings` (nothing is written).
+
+    defaults: values assumed for keys a file written by an older version lacks."""
+    path = Path(path)
+    if not path.exists():
+        return
+    before = {**(defaults or {}), **json.loads(path.read_text(encoding="utf-8"))}
+    changed = _differences(before, settings)
+    if changed:
+        raise ValueError(f"{path.parent} holds a run with other settings ({', '.join(changed)}); use a fresh output_dir")
+
+
+def _differences(before: dict, after: dict, prefix: str = "") -> list[str]:
+    """Dotted names of the settings that differ."""
+    changed = []
+    for key in sorted(before.keys() | after.keys()):
+        old, new = before.get(key), after.get(key)
+        if isinstance(old, dict) and isinstance(new, dict):
+            changed += _differences(old, new, f"{prefix}{key}.")
+        elif old != new:
+            changed.append(f"{prefix}{key}")
+    return changed

@@ -1,0 +1,55 @@
+"""Objects from a composed job config: the env and the agent of `jetgym-episode` (the scorer: `config.build_scorer`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from jetgym.scripts.config import EpisodeConfig, build_scorer
+
+
+def make_env(config: EpisodeConfig, render: bool = False):
+    """The configured env (any registered id, with `env.kwargs`) with `CandidateActions` on top (texts:
+    `env.action_texts`, else the env's own); `env.num_envs > 1`: a vector env of such envs (autoreset disabled:
+    the rollout reseeds every episode). render: ask for `rgb_array` frames when the env offers them (single
+    envs only, for the GIFs)."""
+    import gymnasium as gym
+
+    from jetgym.envs import import_env_modules  # importing jetgym.envs registers the jetgym ids
+    from jetgym.envs.candidates import CandidateActions, make_vector_env
+
+    import_env_modules(config.env.imports)
+
+    kwargs = dict(config.env.kwargs)
+    texts = None if config.env.action_texts is None else list(config.env.action_texts)
+    if config.env.num_envs > 1:
+        return make_vector_env(config.env.id, config.env.num_envs, texts=texts, mode=config.env.vectorization, **kwargs)
+    if render and "render_mode" not in kwargs and "rgb_array" in _render_modes(config.env.id):
+        kwargs["render_mode"] = "rgb_array"
+    return CandidateActions(gym.make(config.env.id, **kwargs), texts=texts)
+
+
+def _render_modes(env_id: str) -> list[str]:
+    import gymnasium as gym
+
+    from jetgym.envs import split_env_id
+
+    entry = gym.registry[split_env_id(env_id)[1]].entry_point
+    cls = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+    return list(getattr(cls, "metadata", {}).get("render_modes", []))
+
+
+def build_agent(config: EpisodeConfig, task: str | None = None, scorer: Any = None, env: Any = None):
+    """(agent, scorer): the configured agent; `scorer` is built from the config when the agent needs one and
+    none is given. task: the briefing (default: `env.task` of the config, else the env's own `task`); env: where
+    the scorer agent's describer reads the observation space (and env-provided describers) from."""
+    from jetgym.agents import make_agent
+
+    if config.agent.name == "fixed":
+        return make_agent("fixed", control=config.agent.control), None
+    if config.agent.name != "scorer":
+        return make_agent(config.agent.name), None
+    scorer = build_scorer(config) if scorer is None else scorer
+    options = {key: value for key, value in asdict(config.agent).items() if key not in ("name", "control")}
+    task = config.env.task if task is None else task
+    return make_agent("scorer", scorer=scorer, task=task, env=env, examples=config.env.examples, **options), scorer
