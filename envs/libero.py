@@ -17,6 +17,8 @@ not grade; `info["questions"]` carries every question of the frame as a candidat
 
 from __future__ import annotations
 
+import re
+
 import json
 import string
 from dataclasses import dataclass, field
@@ -322,3 +324,23 @@ if gym is not None:
                 return None
             observation = self._observation()
             return np.concatenate([observation["agentview"], observation["wrist"]], axis=1)
+
+
+class LiberoLabelError(ValueError):
+    """Frames that cannot be labelled: no stored simulator facts and no simulator to compute them."""
+
+
+def split_instruction(instruction: str) -> tuple[str, ...]:
+    """Steps of an instruction without recorded sub-goals: "put both the A and the B <rest>" -> two steps;
+    otherwise split before "and <verb>"; a one-step instruction stays whole."""
+    text = instruction.strip().rstrip(".")
+    both = re.fullmatch(r"(\w+) both (the .+?) and (the .+?) ((?:in|on|into|onto|to) .+)", text)
+    if both:
+        verb, first, second, rest = both.groups()
+        return (f"{verb} {first} {rest}", f"{verb} {second} {rest}")
+    parts = re.split(r" and (?=(?:put|place|close|open|turn|pick|push|pull)\b)", text)
+    return tuple(p.strip() for p in parts if p.strip())
+
+
+def episode_steps(episode) -> tuple[str, ...]:
+    return tuple(episode.subgoals) if episode.subgoals else split_instruction(episode.instruction)

@@ -30,13 +30,13 @@ as an error when chosen. A file's rewards and dones are never read for labels.
 
 from __future__ import annotations
 
-import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
+from jetgym.envs.libero import LiberoLabelError, episode_steps, split_instruction  # noqa: F401  (re-exported)
 from jetgym.scorers.types import Question
 
 from .sets import _apply_limit, register_question_set
@@ -73,8 +73,7 @@ DATA_DIR = Path(__file__).resolve().parent / "data" / "libero10"
 DEFAULT_PATH = DATA_DIR  # the shipped set: one official-layout file per libero_10 task
 
 
-class LiberoLabelError(ValueError):
-    """Frames that cannot be labelled: no stored simulator facts and no simulator to compute them."""
+
 
 
 # --------------------------------------------------------------------------- rules over the simulator's facts
@@ -124,22 +123,6 @@ def progress_level(goal: np.ndarray, t: int, length: int) -> int:
     else:
         p = t / end if end > 0 else 1.0
     return int(np.searchsorted(PROGRESS_EDGES, p, side="right"))
-
-
-def split_instruction(instruction: str) -> tuple[str, ...]:
-    """Steps of an instruction without recorded sub-goals: "put both the A and the B <rest>" -> two steps;
-    otherwise split before "and <verb>"; a one-step instruction stays whole."""
-    text = instruction.strip().rstrip(".")
-    both = re.fullmatch(r"(\w+) both (the .+?) and (the .+?) ((?:in|on|into|onto|to) .+)", text)
-    if both:
-        verb, first, second, rest = both.groups()
-        return (f"{verb} {first} {rest}", f"{verb} {second} {rest}")
-    parts = re.split(r" and (?=(?:put|place|close|open|turn|pick|push|pull)\b)", text)
-    return tuple(p.strip() for p in parts if p.strip())
-
-
-def episode_steps(episode) -> tuple[str, ...]:
-    return tuple(episode.subgoals) if episode.subgoals else split_instruction(episode.instruction)
 
 
 def frame_labels(episode, t: int) -> dict[str, str | bool | int]:

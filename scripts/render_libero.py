@@ -408,7 +408,7 @@ def bddl_name(task) -> str:
 def audit_main(path: str, demos: int | None, log) -> int:
     """Restore every recorded state of the file(s) at `path` in a fresh simulator and compare its facts and
     every question type's labels with the stored ones; prints strict JSON, returns 0 only at 100%."""
-    from jetgym.questions.libero_sim import audit
+    from jetgym.questions.libero_audit import audit
 
     report = audit(path, demos=demos, progress=log)
     print(json.dumps(report, indent=2, sort_keys=True))

@@ -539,7 +539,9 @@ def test_audit_finds_a_stored_label_the_simulator_disagrees_with(tmp_path):
         t = next(t for t in frames if hold[t])
         hold[t] = 0  # a stored "not held" where the simulator sees the mug carried
         demo["labels/hold"][...] = hold
-    report = libero_sim.audit(copy, demos=1)
+    from jetgym.questions.libero_audit import audit
+
+    report = audit(copy, demos=1)
     assert not report["agree"] and report["facts"]["hold"]["agree"] == report["facts"]["hold"]["steps"] - 1
     assert {"id": f"{MUG_TASK}_demo/{MUG_TASK}/demo_0/t{t:03d}/r2_hold", "stored": False, "simulator": True} in report["disagreements"]
     assert report["by_type"]["r2_grasp"]["agree"] == report["by_type"]["r2_grasp"]["frames"]
