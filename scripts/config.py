@@ -327,7 +327,8 @@ ALGORITHMS = ("ppo", "sft")
 @dataclass
 class TrainConfig:
     """The `jetgym-train` job. algorithm: `ppo` (on `env`, played by the scorer agent) or `sft` (on the labelled
-    questions of `dataset`: the first `train.held_out` fraction is held out and evaluated, the rest trained on).
+    questions of `dataset`: a `train.held_out` fraction of its episodes (or questions) is held out and evaluated
+    before training and after each epoch, the rest trained on; `jetgym.scripts.train.split_held_out`).
     train: the algorithm's options (null: the library default), `env_steps` (PPO budget), `autocast` (bf16
     autocast for the updates), `checkpoint_every` (updates), the LoRA settings. output_dir: results folder."""
 

@@ -25,6 +25,19 @@ def options_of(config: TrainConfig, cls) -> Any:
     return cls(**{k: v for k, v in dataclasses.asdict(config.train).items() if k in names and v is not None})
 
 
+def split_held_out(questions: list, fraction: float) -> tuple[list, list]:
+    """(train, held out): questions are grouped by their id without its last two '/'-parts (a LIBERO episode:
+    `set/task/demo_N/tNNN/type`; other ids are their own group), and every k-th group, k = round(1 / fraction),
+    starting with the second, is held out, so the frames of one episode never straddle the split."""
+    if not fraction:
+        return list(questions), []
+    every = max(2, round(1 / fraction))
+    group = [q.id.rsplit("/", 2)[0] if q.id.count("/") >= 2 else q.id for q in questions]
+    order = {name: k for k, name in enumerate(dict.fromkeys(group))}
+    held = [order[name] % every == 1 for name in group]
+    return ([q for q, h in zip(questions, held) if not h], [q for q, h in zip(questions, held) if h])
+
+
 def train(cfg: Any, output_dir: str | None = None, progress: bool = True) -> dict:
     """Run the configured training into `output_dir` (default: the config's); returns the summary."""
     from jetgym.training.options import LoraOptions, PPOOptions, SFTOptions
@@ -43,11 +56,10 @@ def train(cfg: Any, output_dir: str | None = None, progress: bool = True) -> dic
         from jetgym.questions.sets import load_question_set
 
         options = options_of(config, SFTOptions)
-        questions = load_question_set(config.dataset)
-        cut = int(len(questions) * config.train.held_out)
+        train_set, held_out = split_held_out(load_question_set(config.dataset), config.train.held_out)
         record["dataset"] = dataclasses.asdict(config.dataset)
         policy = Policy(build_scorer(config), lora, config.seed)
-        return run_sft(policy, questions[cut:], options, out, held_out=questions[:cut], seed=config.seed,
+        return run_sft(policy, train_set, options, out, held_out=held_out, seed=config.seed,
                        checkpoint_every=config.train.checkpoint_every, autocast=config.train.autocast,
                        config=record, progress=progress)
     from jetgym.scripts.build import build_agent, make_env

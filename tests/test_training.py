@@ -273,3 +273,16 @@ def test_train_cli_adapter_loads_in_jetgym_episode(tiny_folder, tmp_path):
         compose_train = compose("train", common + ["agent=random", f"output_dir={tmp_path / 'x'}"])
         from jetgym.scripts.config import to_config
         to_config(compose_train)
+
+
+def test_held_out_split_keeps_episodes_whole():
+    from jetgym.scripts.train import split_held_out
+
+    ids = [f"set/task{t}/demo_{d}/t{f:03d}/r2_dir" for t in range(3) for d in range(2) for f in range(4)]
+    questions = [Question(context="c", candidates=["a", "b"], gold=0, id=i) for i in ids]
+    train_set, held = split_held_out(questions, 0.5)
+    assert {q.id.split("/")[2] for q in held} == {"demo_1"} and {q.id.split("/")[2] for q in train_set} == {"demo_0"}
+    assert len(held) == len(train_set) == 12
+    flat = [Question(context="c", candidates=["a", "b"], gold=0, id=str(k)) for k in range(10)]
+    assert [q.id for q in split_held_out(flat, 0.25)[1]] == ["1", "5", "9"]
+    assert split_held_out(flat, 0.0) == (flat, [])
