@@ -91,12 +91,22 @@ class TrainingFolder:
         if previous and previous != name:
             shutil.rmtree(self.out / previous, ignore_errors=True)
 
-    def load_checkpoint(self, state: dict, policy, optimizer) -> None:
+    def start(self, policy, learning_rate: float, seed: int) -> tuple:
+        """(optimizer, shuffling generator, checkpoint progress ({} for a fresh run), the log rows kept),
+        the policy and optimizer restored from the checkpoint when there is one."""
         from safetensors.torch import load_file
 
+        state = self.check()
+        torch.manual_seed(seed)
+        optimizer = torch.optim.AdamW(policy.parameters(), lr=learning_rate, weight_decay=0.0)
+        generator = torch.Generator().manual_seed(seed)
+        if state is None:
+            return optimizer, generator, {}, []
         folder = self.out / state["folder"]
         policy.load_state(load_file(str(folder / "policy.safetensors")))
         optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=False))
+        generator.set_state(torch.tensor(state["generator"], dtype=torch.uint8))
+        return optimizer, generator, state, self.rows(state["update"])
 
     def finish(self, policy, summary: dict, rows: list[dict], x: str, ys: Sequence[str]) -> dict:
         staging = self.out / f".{ADAPTER}-staging"
@@ -136,10 +146,6 @@ def plot_curve(rows: list[dict], x: str, ys: Sequence[str], path: Path) -> str |
     return path.name
 
 
-def _optimizer(policy, learning_rate: float):
-    return torch.optim.AdamW(policy.parameters(), lr=learning_rate, weight_decay=0.0)
-
-
 def run_ppo(policy, envs: Sequence[Any], agent, options: PPOOptions, output_dir: str | os.PathLike, env_steps: int,
             seed: int = 0, checkpoint_every: int = 1, autocast: bool = False, config: dict | None = None,
             progress: bool = True) -> dict:
@@ -152,16 +158,8 @@ def run_ppo(policy, envs: Sequence[Any], agent, options: PPOOptions, output_dir:
         raise ValueError(f"train.env_steps must be >= 1, got {env_steps}")
     folder = TrainingFolder(output_dir, config or {"algorithm": "ppo", "seed": seed, **options.__dict__})
     with folder_lock(folder.out, "jetgym-train"):
-        state = folder.check()
-        torch.manual_seed(seed)
-        optimizer = _optimizer(policy, options.learning_rate)
-        generator = torch.Generator().manual_seed(seed)
-        done, steps, episode, rows = 0, 0, 0, []
-        if state is not None:
-            folder.load_checkpoint(state, policy, optimizer)
-            done, steps, episode = state["update"], state["env_steps"], state["episode"]
-            generator.set_state(torch.tensor(state["generator"], dtype=torch.uint8))
-            rows = folder.rows(done)
+        optimizer, generator, state, rows = folder.start(policy, options.learning_rate, seed)
+        done, steps, episode = state.get("update", 0), state.get("env_steps", 0), state.get("episode", 0)
         rollouts = Rollouts(envs, agent, lambda n: 1_000_000 * (seed + 1) + n, episode)
         per_update = options.num_envs * options.rollout_steps
         bar = tqdm(total=env_steps, initial=min(steps, env_steps), unit="step", disable=not progress, desc="ppo")
@@ -204,17 +202,9 @@ def run_sft(policy, questions: Sequence, options: SFTOptions, output_dir: str | 
     check_labelled(questions, "the training set")
     folder = TrainingFolder(output_dir, config or {"algorithm": "sft", "seed": seed, **options.__dict__})
     with folder_lock(folder.out, "jetgym-train"):
-        state = folder.check()
-        torch.manual_seed(seed)
-        optimizer = _optimizer(policy, options.learning_rate)
-        generator = torch.Generator().manual_seed(seed)
+        optimizer, generator, state, rows = folder.start(policy, options.learning_rate, seed)
         per_epoch = -(-len(questions) // options.minibatch)
-        done, rows = 0, []
-        if state is not None:
-            folder.load_checkpoint(state, policy, optimizer)
-            done = state["update"]
-            generator.set_state(torch.tensor(state["generator"], dtype=torch.uint8))
-            rows = folder.rows(done)
+        done = state.get("update", 0)
         if not rows and held_out:
             before = {"update": 0, "epoch": 0, "questions_seen": 0, **_prefixed(evaluate_questions(policy.scorer, held_out))}
             append_jsonl(folder.log, [before])
