@@ -41,3 +41,5 @@ def test_pip_check_lines_of_the_no_deps_packages_are_the_only_ones_forgiven():
               "langchain 0.2.14 has requirement numpy<2, but you have numpy 2.4.6.\n")
     assert check_env().broken_requirements(report) == ["langchain 0.2.14 has requirement numpy<2, but you have numpy 2.4.6."]
     assert check_env().broken_requirements("No broken requirements found.\n") == []
+    tags = "textworld 1.7.0 is not supported on this platform\ntextworld 1.7.0 has requirement numpy<2, but you have numpy 2.4.6."
+    assert check_env().broken_requirements(tags) == ["textworld 1.7.0 has requirement numpy<2, but you have numpy 2.4.6."]
