@@ -56,11 +56,11 @@ def summarize(env_name: str, env_id: str, agent_name: str, rows: list[dict], wal
             "wall_seconds": round(wall, 1)}
 
 
-def paired(scorer: dict, random: dict, rounds: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+def paired(scorer: dict, random: dict, seed: int = 0) -> tuple[float, float, float]:
     """Mean success difference scorer - random over the seeds both played, with a 95% paired bootstrap interval."""
     baseline = dict(zip(random["seeds"], random["successes"]))
     diffs = [won - baseline[s] for s, won in zip(scorer["seeds"], scorer["successes"]) if s in baseline]
-    return interval(diffs, rounds, seed)
+    return interval(diffs, seed)
 
 
 def bench(envs=ENVS, episodes: int = 100, seed: int = 1000, num_envs: int = 16,
