@@ -81,16 +81,12 @@ class Rollouts:
                     if truncated and not terminated:
                         step.after = self.agent.question(nxt, info["candidates"], k)
                     rollout.episodes.append({"return": self.current[k][2], "length": self.current[k][3],
-                                             "success": _success(info, self.current[k][2])})
+                                             "success": bool(info["is_success"]) if "is_success" in info else None})
                     self._reset(k)
                 else:
                     self.current[k][0], self.current[k][1] = nxt, info["candidates"]
         rollout.last = [self.agent.question(c[0], c[1], k) for k, c in enumerate(self.current)]
         return rollout
-
-
-def _success(info: dict, total: float) -> bool | None:
-    return bool(info["is_success"]) if "is_success" in info else None
 
 
 def advantages(rewards: np.ndarray, values: np.ndarray, next_values: np.ndarray, ends: np.ndarray,
