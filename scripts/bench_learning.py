@@ -1,5 +1,10 @@
 """`jetgym-bench-learning`: held-out evaluation of a trained scorer against the zero-shot scorer and baselines.
 
+An SFT run: its held-out split (`jetgym.scripts.train.split_held_out`, the same one training used) is scored by
+the trained and the zero-shot scorer; accuracy overall and per question type (the id's last part) against the
+majority answer of the training split, 95% intervals by an episode bootstrap (a LIBERO episode's frames are
+correlated), and the paired difference trained - zero-shot.
+
 Given a finished `jetgym-train` PPO run folder, plays its env (the run's own env settings) on held-out seeds
 `--seed .. --seed+N-1` (training episodes use seeds >= 1,000,000) with: the trained scorer (its adapter,
 argmax), the zero-shot scorer (argmax), `random`, and the best fixed control, picked on separate tuning seeds
@@ -61,9 +66,75 @@ def env_overrides(run: dict) -> list[str]:
     return out
 
 
+def evaluate_sft(folder: Path, summary: dict, args) -> None:
+    from types import SimpleNamespace
+
+    from jetgym.questions.sets import load_question_set
+    from jetgym.scorers import make_scorer
+    from jetgym.scripts.train import split_held_out
+
+    run = summary["config"]
+    questions = load_question_set(SimpleNamespace(**run["dataset"]))
+    train_set, held = split_held_out(questions, run["train"]["held_out"])
+    options = {k: v for k, v in run["scorer"].items() if k != "name" and v is not None}
+    kind = lambda q: q.id.rsplit("/", 1)[-1]  # noqa: E731
+    episode = lambda q: q.id.rsplit("/", 2)[0]  # noqa: E731
+    majority = {t: c.most_common(1)[0][0] for t, c in _gold_counts(train_set, kind).items()}
+    correct = {}
+    for name, adapter in (("trained", str(folder / "adapter")), ("zero-shot", None)):
+        scorer = make_scorer("jet", model=run["model"]["spec"], adapter=adapter, **options)
+        correct[name] = [float(bool(d.correct)) for d in scorer.decide_many(held)]
+    correct["majority of the training split"] = [float(_gold_text(q) == majority.get(kind(q))) for q in held]
+    clusters = [episode(q) for q in held]
+    types = sorted({kind(q) for q in held})
+    header = "| agent | all | " + " | ".join(types) + " |"
+    rows, results = [header, "|---" * (len(types) + 2) + "|"], {"held_out_questions": len(held), "agents": {}}
+    for name, values in correct.items():
+        overall = episode_bootstrap(values, clusters)
+        cells = []
+        for t in types:
+            picked = [(v, c) for v, c, q in zip(values, clusters, held) if kind(q) == t]
+            cells.append(f"{100 * sum(v for v, _ in picked) / len(picked):.1f}")
+        results["agents"][name] = {"all": overall.to_dict(), "by_type": dict(zip(types, cells))}
+        rows.append(f"| {name} | {100 * overall.estimate:.1f} [{100 * overall.low:.1f}, {100 * overall.high:.1f}] | "
+                    + " | ".join(cells) + " |")
+    diff = paired_episode_bootstrap(correct["trained"], correct["zero-shot"], clusters)
+    results["paired_trained_minus_zero_shot"] = diff.to_dict()
+    body = [f"## train-{args.name}", "",
+            f"Command: `jetgym-bench-learning RUN --name {args.name}` on a `jetgym-train algorithm=sft` run: dataset "
+            f"`{json.dumps(run['dataset'], sort_keys=True)}`, train settings "
+            f"`{json.dumps({k: v for k, v in run['train'].items() if v is not None}, sort_keys=True)}`, scorer "
+            f"`{json.dumps(options, sort_keys=True)}`, {summary['updates']} updates on {len(train_set)} questions; "
+            f"{len(held)} held-out questions from {len(set(clusters))} episodes never trained on.", "",
+            "Accuracy % on the held-out split (all: mean [95% episode-bootstrap interval]; then per type):", "",
+            *rows, "",
+            f"Paired difference trained - zero-shot: {100 * diff.estimate:+.1f} points [{100 * diff.low:+.1f}, "
+            f"{100 * diff.high:+.1f}] (episodes resampled together). Held-out gold NLL before / after training: "
+            f"{summary['held_out_before']['held_out_gold_nll']:.3f} / {summary['held_out_after']['held_out_gold_nll']:.3f}."]
+    write_results(args.output_dir, f"train_{args.name}".replace("-", "_"), results, "\n".join(body), docs=args.docs)
+    if args.docs and (folder / "learning_curve.png").exists():
+        shutil.copy(folder / "learning_curve.png", docs_dir() / "bench" / f"train-{args.name}.png")
+    print("\n".join(body))
+
+
+def _gold_text(question) -> str:
+    from jetgym.training.sft import gold_indices
+
+    return question.candidates[gold_indices(question)[0]]
+
+
+def _gold_counts(questions, kind) -> dict:
+    from collections import Counter
+
+    counts: dict = {}
+    for q in questions:
+        counts.setdefault(kind(q), Counter())[_gold_text(q)] += 1
+    return counts
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("run", help="a finished jetgym-train PPO run folder (summary.json, adapter/)")
+    parser.add_argument("run", help="a finished jetgym-train run folder (summary.json, adapter/)")
     parser.add_argument("--name", required=True, help="section name: train-<name>")
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
@@ -79,8 +150,8 @@ def main(argv=None) -> None:
     except FileNotFoundError:
         parser.error(f"{folder} holds no summary.json: pass the folder of a finished jetgym-train run")
     run = summary["config"]
-    if run.get("algorithm") != "ppo":
-        parser.error(f"{folder} is a {run.get('algorithm')} run; this benchmark evaluates PPO runs")
+    if run.get("algorithm") == "sft":
+        return evaluate_sft(folder, summary, args)
     base = ["env=gym", *env_overrides(run)]
     held = (args.seed, args.seed + args.episodes)
     tuning = (args.tuning_seed, args.tuning_seed + args.tuning_episodes)
