@@ -96,6 +96,11 @@ class ScorerAgent:
         images = _images(observation) if self.screenshot else ()
         return Question(context=text, candidates=candidates.texts, labels=candidates.labels, images=images)
 
+    def record(self, text: str, slot: int = 0) -> None:
+        """Note that `text` was the action taken in `slot` (the memory quotes it in the next questions)."""
+        if self.memory:
+            self.recent.setdefault(slot, deque(maxlen=self.memory)).append(text)
+
     def act(self, observation, candidates, slot: int = 0) -> Act:
         return self.act_many([observation], [candidates], [slot])[0]
 
@@ -111,8 +116,7 @@ class ScorerAgent:
 
     def _choose(self, question: Question, decision, candidates, slot: int) -> Act:
         index = decision.choice if self.policy == "argmax" else self._sample(decision.corrected, slot)
-        if self.memory:
-            self.recent.setdefault(slot, deque(maxlen=self.memory)).append(candidates.texts[index])
+        self.record(candidates.texts[index], slot)
         usage = decision.usage.to_dict() if hasattr(decision.usage, "to_dict") else None
         return Act(index, candidates.actions[index], candidates.labels[index], candidates.texts[index],
                    tuple(decision.probs), tuple(decision.logprobs), question.context, usage)

@@ -1,12 +1,13 @@
 """`jetgym-bench-learning`: held-out evaluation of a trained scorer against the zero-shot scorer and baselines.
 
-An SFT run: its held-out split (`jetgym.scripts.train.split_held_out`, the same one training used) is scored by
+An SFT run: its held-out split (`jetgym.training.sft.split_held_out`, the same one training used) is scored by
 the trained and the zero-shot scorer; accuracy overall and per question type (the id's last part) against the
 majority answer of the training split, 95% intervals by an episode bootstrap (a LIBERO episode's frames are
 correlated), and the paired difference trained - zero-shot.
 
-Given a finished `jetgym-train` PPO run folder, plays its env (the run's own env settings) on held-out seeds
-`--seed .. --seed+N-1` (training episodes use seeds >= 1,000,000) with: the trained scorer (its adapter,
+Given a finished `jetgym-train` PPO or behaviour-cloning run folder, plays its env (the run's own env and agent
+settings) on held-out seeds `--seed .. --seed+N-1` (PPO training episodes use seeds >= 1,000,000; seeds of a
+cloning run's demonstrations are refused) with: the trained scorer (its adapter,
 argmax), the zero-shot scorer (argmax), `random`, and the best fixed control, picked on separate tuning seeds
 (`--tuning-seed`, never reported). Reports mean return and success per agent with 95% bootstrap intervals over
 seeds and the paired differences trained - other (same seeds resampled together), the training run's learning
@@ -63,7 +64,17 @@ def env_overrides(run: dict) -> list[str]:
     if env.get("task"):
         out.append(f"env.task={json.dumps(env['task'])}")
     out += [f"scorer.{k}={v}" for k, v in scorer.items() if k != "name" and v is not None and not isinstance(v, (list, dict))]
+    agent = run.get("agent") or {}
+    out += [f"agent.{k}={agent[k]}" for k in ("memory", "describer", "perception", "screenshot") if k in agent]
     return out
+
+
+def demonstration_seeds(run: dict) -> set[int]:
+    """The episode seeds of a behaviour-cloning run's demonstrations (none for PPO)."""
+    path = run["train"].get("demonstrations")
+    if run.get("algorithm") != "bc" or not path:
+        return set()
+    return {json.loads(line)["seed"] for line in Path(path).read_text().splitlines() if line.strip()}
 
 
 def evaluate_sft(folder: Path, summary: dict, args) -> None:
@@ -71,7 +82,7 @@ def evaluate_sft(folder: Path, summary: dict, args) -> None:
 
     from jetgym.questions.sets import load_question_set
     from jetgym.scorers import make_scorer
-    from jetgym.scripts.train import split_held_out
+    from jetgym.training.sft import split_held_out
 
     run = summary["config"]
     questions = load_question_set(SimpleNamespace(**run["dataset"]))
@@ -154,6 +165,9 @@ def main(argv=None) -> None:
         return evaluate_sft(folder, summary, args)
     base = ["env=gym", *env_overrides(run)]
     held = (args.seed, args.seed + args.episodes)
+    overlap = sorted(demonstration_seeds(run) & set(range(*held)))
+    if overlap:
+        parser.error(f"held-out seeds {overlap[:5]} were demonstration episodes of this run: pass --seed beyond them")
     tuning = (args.tuning_seed, args.tuning_seed + args.tuning_episodes)
     controls = run["env"].get("action_texts") or []
     fixed_scores = {c: sum(e["return"] for e in play(base, "fixed", tuning, control=c)) for c in controls}
@@ -164,7 +178,7 @@ def main(argv=None) -> None:
         agents[f"fixed ({best})"] = play(base, "fixed", held, control=best)
     seeds = list(range(*held))
     results = {"run": str(folder), "held_out_seeds": list(held), "tuning_seeds": list(tuning), "fixed_tuning_returns":
-               fixed_scores, "agents": {}, "paired": {}, "training": {k: summary[k] for k in ("updates", "env_steps", "seed")}}
+               fixed_scores, "agents": {}, "paired": {}, "training": {k: summary.get(k) for k in ("algorithm", "updates", "env_steps", "train_questions", "seed")}}
     rows = []
     for name, episodes in agents.items():
         returns, wins = [e["return"] for e in episodes], [success(e, args.success) for e in episodes]
@@ -181,19 +195,32 @@ def main(argv=None) -> None:
         paired.append(f"{name} {d.estimate:+.3f} [{d.low:+.3f}, {d.high:+.3f}]")
     curve = f"docs/bench/train-{args.name}.png"
     log = [json.loads(line) for line in (folder / "train.jsonl").read_text().splitlines()]
+    seconds = sorted(r.get("rollout_seconds", 0) + r["update_seconds"] for r in log if "update_seconds" in r)
+    if run["algorithm"] == "ppo":
+        how = (f"a PPO run of {summary['env_steps']} env steps ({summary['updates']} updates, training seed "
+               f"{summary['seed']})")
+        curve_line = ("Learning curve (mean return of the episodes that ended in each update's rollout): "
+                      + ", ".join(f"{r['env_steps']}: {r['mean_return']:.2f}" for r in log if r.get("mean_return") is not None) + ".")
+    else:
+        how = (f"a behaviour-cloning run ({summary['updates']} updates on {summary['train_questions']} recorded decisions "
+               f"of {len(demonstration_seeds(run))} episodes, {summary['held_out_questions']} held out; training seed "
+               f"{summary['seed']})")
+        after = summary["held_out_after"] or {}
+        curve_line = (f"Held-out decisions: gold NLL {summary['held_out_before']['held_out_gold_nll']:.3f} -> "
+                      f"{after.get('held_out_gold_nll', float('nan')):.3f}, agreement with the demonstrator "
+                      f"{100 * summary['held_out_before']['held_out_accuracy']:.1f}% -> "
+                      f"{100 * after.get('held_out_accuracy', float('nan')):.1f}%.") if summary["held_out_before"] else ""
     body = [f"## train-{args.name}", "",
-            f"Command: `jetgym-bench-learning RUN --name {args.name} --episodes {args.episodes}` on a PPO run of "
-            f"{summary['env_steps']} env steps ({summary['updates']} updates, training seed {summary['seed']}); the run's "
+            f"Command: `jetgym-bench-learning RUN --name {args.name} --episodes {args.episodes}` on {how}; the run's "
             f"settings: `{json.dumps({k: run['train'][k] for k in run['train'] if run['train'][k] is not None}, sort_keys=True)}`, "
             f"env `{run['env']['id']}` `{json.dumps(run['env']['kwargs'], sort_keys=True)}`.", "",
             f"Held-out seeds {held[0]}..{held[1] - 1} (training seeds are >= 1,000,000; the fixed control was picked on "
             f"seeds {tuning[0]}..{tuning[1] - 1}). fp32, argmax for the scorers. Mean [95% bootstrap interval over seeds].", "",
             "| agent | return | success |", "|---|---|---|", *rows, "",
             "Paired return difference, trained minus each (same seeds resampled together): " + "; ".join(paired) + ".", "",
-            "Learning curve (mean return of the episodes that ended in each update's rollout): "
-            + ", ".join(f"{r['env_steps']}: {r['mean_return']:.2f}" for r in log if r.get("mean_return") is not None) + ".",
-            f"Training seconds per update (rollout + update, median of {len(log)}): "
-            f"{sorted(r['rollout_seconds'] + r['update_seconds'] for r in log)[len(log) // 2]:.1f}.",
+            curve_line,
+            f"Training seconds per update (median of {len(seconds)}): {seconds[len(seconds) // 2]:.1f}; in all "
+            f"{sum(seconds) / 60:.1f} min.",
             "", f"![learning curve]({curve.removeprefix('docs/')})"]
     write_results(args.output_dir, f"train_{args.name}".replace("-", "_"), results, "\n".join(body), docs=args.docs)
     if args.docs and (folder / "learning_curve.png").exists():

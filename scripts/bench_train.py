@@ -82,6 +82,9 @@ def main() -> None:
     parser.add_argument("--minibatch", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-batch-tokens", type=int, default=4096)
+    parser.add_argument("--dtypes", nargs="+", choices=("fp32", "bf16"), default=["fp32", "bf16"],
+                        help="fp32 and/or bf16 autocast (bf16 backward is slow on CPUs whose torch build falls back to "
+                             "its reference GEMM for it)")
     parser.add_argument("--output-dir", default="outputs/bench-train")
     parser.add_argument("--docs", action="store_true", help="also write the `train-speed` section of docs/benchmarks.md")
     args = parser.parse_args()
@@ -98,14 +101,16 @@ def main() -> None:
     generator = torch.Generator().manual_seed(0)
     signals = {name: (torch.randn(args.minibatch, generator=generator), torch.randn(args.minibatch, generator=generator))
                for name in ENVS}
-    methods = [f"{schedule}/{dtype}" for dtype in ("fp32", "bf16") for schedule in ("packed", "per-candidate")]
+    methods = [f"{schedule}/{dtype}" for dtype in args.dtypes for schedule in ("packed", "per-candidate")]
     schedule_of = {"packed": "packed", "per-candidate": "independent"}
 
     def run(method: str, workload: str) -> float:
         schedule, dtype = method.split("/")
         policy.grad_schedule = schedule_of[schedule]
         advantages, returns = signals[workload]
-        return one_update(policy, workloads[workload], advantages, returns, dtype == "bf16")
+        seconds = one_update(policy, workloads[workload], advantages, returns, dtype == "bf16")
+        print(f"{workload} {method}: {seconds:.2f} s", flush=True)
+        return seconds
 
     agreement = {}
     for workload in ENVS:  # warm-up, and the fp32 gradient check
@@ -116,7 +121,7 @@ def main() -> None:
         worst = max(float((grads["packed/fp32"][n] - grads["per-candidate/fp32"][n]).abs().max()
                           / (grads["per-candidate/fp32"][n].abs().max() + 1e-12)) for n in grads["packed/fp32"])
         agreement[workload] = worst
-        for method in ("packed/bf16", "per-candidate/bf16"):
+        for method in [m for m in methods if m.endswith("bf16")]:
             run(method, workload)
     times = {(m, w): [] for m in methods for w in ENVS}
     peak = {}
@@ -132,13 +137,14 @@ def main() -> None:
                "timings": {f"{m} {w}": spread(v) for (m, w), v in times.items()}, "peak_rss_mib": peak,
                "per_candidate_tokens": tokens}
     lines = ["## train-speed", "", "Command: `jetgym-bench-train " + f"--rounds {args.rounds} --minibatch {args.minibatch}"
+             + f" --dtypes {' '.join(args.dtypes)}"
              + (" --docs`" if args.docs else "`"), "",
              f"One PPO minibatch update (forward + backward of the clipped loss and the value loss, LoRA r=8 on every layer "
              f"of the embedded model, {args.minibatch} questions), {torch.get_num_threads()} threads, "
              f"{args.rounds} interleaved rounds after a warm-up. Seconds: median [q1, q3], first pass.", "",
              "| env | dtype | packed | per-candidate | speed-up (median) |", "|---|---|---|---|---|"]
     for workload in ENVS:
-        for dtype in ("fp32", "bf16"):
+        for dtype in args.dtypes:
             a, b = times[(f"packed/{dtype}", workload)], times[(f"per-candidate/{dtype}", workload)]
             sa, sb = spread(a), spread(b)
             ratios = [y / x for x, y in zip(a, b)]

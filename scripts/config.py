@@ -316,19 +316,21 @@ def _train_schema():
     from jetgym.training.options import LoraOptions, PPOOptions, SFTOptions
 
     extra = [("env_steps", int, field(default=2048)), ("autocast", bool, field(default=False)),
-             ("checkpoint_every", int, field(default=1)), ("held_out", float, field(default=0.5))]
+             ("checkpoint_every", int, field(default=1)), ("held_out", float, field(default=0.5)),
+             ("demonstrations", Optional[str], field(default=None))]
     return schema("TrainOptionsConfig", [PPOOptions, SFTOptions, LoraOptions], optional=True, extra=extra)
 
 
 TrainOptionsConfig = _train_schema()
-ALGORITHMS = ("ppo", "sft")
+ALGORITHMS = ("ppo", "sft", "bc")
 
 
 @dataclass
 class TrainConfig:
-    """The `jetgym-train` job. algorithm: `ppo` (on `env`, played by the scorer agent) or `sft` (on the labelled
-    questions of `dataset`: a `train.held_out` fraction of its episodes (or questions) is held out and evaluated
-    before training and after each epoch, the rest trained on; `jetgym.scripts.train.split_held_out`).
+    """The `jetgym-train` job. algorithm: `ppo` (on `env`, played by the scorer agent), `sft` (on the labelled
+    questions of `dataset`) or `bc` (behaviour cloning: the episodes of `train.demonstrations`, a steps.jsonl,
+    replayed in `env`; `jetgym.training.cloning`). sft and bc hold a `train.held_out` fraction of the episodes
+    (or questions) out and evaluate it before training and after each epoch (`jetgym.training.sft.split_held_out`).
     train: the algorithm's options (null: the library default), `env_steps` (PPO budget), `autocast` (bf16
     autocast for the updates), `checkpoint_every` (updates), the LoRA settings. output_dir: results folder."""
 
@@ -342,6 +344,7 @@ class TrainConfig:
     algorithm: str = "ppo"
     seed: int = 0
     output_dir: Optional[str] = None
+    rank_timeout_s: float = 1800.0  # under torchrun: how long a rank waits for the others before failing
 
     def __post_init__(self):
         check_choice("algorithm", self.algorithm, ALGORITHMS)
@@ -349,6 +352,10 @@ class TrainConfig:
             raise ValueError(f"jetgym-train trains the jet scorer's model: set scorer=jet (got scorer={self.scorer.name})")
         if self.agent.name != "scorer":
             raise ValueError(f"jetgym-train trains the scorer agent: set agent=scorer (got agent={self.agent.name})")
+        if (self.algorithm == "bc") != bool(self.train.demonstrations):
+            raise ValueError("algorithm=bc (behaviour cloning) needs train.demonstrations=PATH, the steps.jsonl of a "
+                             "jetgym-episode run, and no other algorithm reads it"
+                             + ("" if self.algorithm == "bc" else f" (got algorithm={self.algorithm})"))
         _check_positive("train.env_steps", self.train.env_steps)
         _check_positive("train.checkpoint_every", self.train.checkpoint_every)
         if not 0 <= self.train.held_out < 1:

@@ -25,24 +25,11 @@ def options_of(config: TrainConfig, cls) -> Any:
     return cls(**{k: v for k, v in dataclasses.asdict(config.train).items() if k in names and v is not None})
 
 
-def split_held_out(questions: list, fraction: float) -> tuple[list, list]:
-    """(train, held out): questions are grouped by their id without its last two '/'-parts (a LIBERO episode:
-    `set/task/demo_N/tNNN/type`; other ids are their own group), and every k-th group, k = round(1 / fraction),
-    starting with the second, is held out, so the frames of one episode never straddle the split."""
-    if not fraction:
-        return list(questions), []
-    every = max(2, round(1 / fraction))
-    group = [q.id.rsplit("/", 2)[0] if q.id.count("/") >= 2 else q.id for q in questions]
-    order = {name: k for k, name in enumerate(dict.fromkeys(group))}
-    held = [order[name] % every == 1 for name in group]
-    return ([q for q, h in zip(questions, held) if not h], [q for q, h in zip(questions, held) if h])
-
-
 def train(cfg: Any, output_dir: str | None = None, progress: bool = True) -> dict:
     """Run the configured training into `output_dir` (default: the config's); returns the summary."""
-    from jetgym.training.options import LoraOptions, PPOOptions, SFTOptions
-    from jetgym.training.policy import Policy
-    from jetgym.training.run import run_ppo, run_sft
+    from jetgym.runs import ranks as ranks_
+    from jetgym.training.data_parallel import Shards
+    from jetgym.training.options import LoraOptions
 
     config: TrainConfig = to_config(cfg)
     out = output_dir or config.output_dir
@@ -52,30 +39,66 @@ def train(cfg: Any, output_dir: str | None = None, progress: bool = True) -> dic
               "scorer": dataclasses.asdict(config.scorer), "train": dataclasses.asdict(config.train),
               "placement": dataclasses.asdict(config.placement)}
     lora = options_of(config, LoraOptions)
-    if config.algorithm == "sft":
-        from jetgym.questions.sets import load_question_set
+    ranks = ranks_.current()
+    try:
+        ranks_.init(ranks, config.rank_timeout_s, gpu=config.placement.device == "cuda")
+        ranks_.agree(ranks, {"output_dir": str(out), **record})
+        return _train(config, record, lora, str(out), Shards(ranks), progress)
+    finally:
+        ranks_.finish(ranks)
 
-        options = options_of(config, SFTOptions)
-        train_set, held_out = split_held_out(load_question_set(config.dataset), config.train.held_out)
-        record["dataset"] = dataclasses.asdict(config.dataset)
-        policy = Policy(build_scorer(config), lora, config.seed)
-        return run_sft(policy, train_set, options, out, held_out=held_out, seed=config.seed,
-                       checkpoint_every=config.train.checkpoint_every, autocast=config.train.autocast,
-                       config=record, progress=progress)
+
+def _train(config: TrainConfig, record: dict, lora, out: str, shards, progress: bool) -> dict:
+    from jetgym.training.options import PPOOptions, SFTOptions
+    from jetgym.training.policy import Policy
+    from jetgym.training.run import run_ppo, run_sft
+    from jetgym.training.sft import split_held_out
+
     from jetgym.scripts.build import build_agent, make_env
 
+    single = dataclasses.replace(config, env=dataclasses.replace(config.env, num_envs=1),
+                                 agent=dataclasses.replace(config.agent, policy="sample"))
+    if config.algorithm in ("sft", "bc"):
+        options = options_of(config, SFTOptions)
+        policy = Policy(build_scorer(config), lora, config.seed)
+        if config.algorithm == "sft":
+            from jetgym.questions.sets import load_question_set
+
+            questions = load_question_set(config.dataset)
+            record["dataset"] = dataclasses.asdict(config.dataset)
+        else:
+            questions = _demonstrations(config, single, policy)
+            record["env"], record["agent"] = dataclasses.asdict(config.env), dataclasses.asdict(config.agent)
+        train_set, held_out = split_held_out(questions, config.train.held_out)
+        return run_sft(policy, train_set, options, out, held_out=held_out, seed=config.seed,
+                       checkpoint_every=config.train.checkpoint_every, autocast=config.train.autocast,
+                       config=record, progress=progress, shards=shards)
     options = options_of(config, PPOOptions)
     record["env"] = dataclasses.asdict(config.env)
     record["agent"] = dataclasses.asdict(config.agent)
-    single = dataclasses.replace(config, env=dataclasses.replace(config.env, num_envs=1),
-                                 agent=dataclasses.replace(config.agent, policy="sample"))
-    envs = [make_env(single) for _ in range(options.num_envs)]
+    if options.num_envs < shards.ranks.world_size:
+        raise ValueError(f"train.num_envs={options.num_envs} is smaller than the {shards.ranks.world_size} ranks: "
+                         f"every rank plays at least one env; set train.num_envs >= {shards.ranks.world_size}")
+    envs = [make_env(single) for _ in shards.mine(options.num_envs)]
     policy = Policy(build_scorer(config), lora, config.seed)
     agent, _ = build_agent(single, scorer=policy.scorer, env=envs[0])
     agent.temperature = policy.scorer.options.temperature  # sample from the scorer's own distribution
     return run_ppo(policy, envs, agent, options, out, config.train.env_steps, seed=config.seed,
                    checkpoint_every=config.train.checkpoint_every, autocast=config.train.autocast, config=record,
-                   progress=progress)
+                   progress=progress, shards=shards)
+
+
+def _demonstrations(config: TrainConfig, single: TrainConfig, policy) -> list:
+    """The behaviour-cloning questions: `train.demonstrations` replayed in the configured env."""
+    from jetgym.scripts.build import build_agent, make_env
+    from jetgym.training.cloning import cloning_questions
+
+    env = make_env(single)
+    try:
+        agent, _ = build_agent(single, scorer=policy.scorer, env=env)
+        return cloning_questions(config.train.demonstrations, env, agent)
+    finally:
+        env.close()
 
 
 @hydra.main(config_path=CONFIG_PATH, config_name="train", version_base=None)

@@ -126,7 +126,7 @@ def test_bad_training_inputs_are_refused(tmp_path):
     with pytest.raises(ValueError, match="the training set holds no questions"):
         run_sft(policy, [], SFTOptions(), tmp_path / "sft", progress=False)
     envs = [CandidateActions(Bandit(), texts=["a", "b"])]
-    with pytest.raises(ValueError, match="run_ppo got 1 envs for train.num_envs=4"):
+    with pytest.raises(ValueError, match="run_ppo got 1 envs where this process plays 4 of train.num_envs=4"):
         run_ppo(policy, envs, None, PPOOptions(), tmp_path / "ppo", env_steps=8, progress=False)
 
 
@@ -174,8 +174,7 @@ def test_resume_after_kill_continues_from_the_checkpoint(tmp_path):
     assert not (out / "checkpoint.json").exists()
 
 
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory):
+def tiny_model_folder(folder) -> str:
     """A tiny random llama with the embedded model's tokenizer, saved as a model folder (loads by path)."""
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -186,10 +185,14 @@ def tiny_folder(tmp_path_factory):
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                          tie_word_embeddings=True)
-    folder = tmp_path_factory.mktemp("tiny-model")
     LlamaForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return str(folder)
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    return tiny_model_folder(tmp_path_factory.mktemp("tiny-model"))
 
 
 def trained_adapter(spec, folder, finetune="lora"):
@@ -276,7 +279,7 @@ def test_train_cli_adapter_loads_in_jetgym_episode(tiny_folder, tmp_path):
 
 
 def test_held_out_split_keeps_episodes_whole():
-    from jetgym.scripts.train import split_held_out
+    from jetgym.training.sft import split_held_out
 
     ids = [f"set/task{t}/demo_{d}/t{f:03d}/r2_dir" for t in range(3) for d in range(2) for f in range(4)]
     questions = [Question(context="c", candidates=["a", "b"], gold=0, id=i) for i in ids]
@@ -286,3 +289,68 @@ def test_held_out_split_keeps_episodes_whole():
     flat = [Question(context="c", candidates=["a", "b"], gold=0, id=str(k)) for k in range(10)]
     assert [q.id for q in split_held_out(flat, 0.25)[1]] == ["1", "5", "9"]
     assert split_held_out(flat, 0.0) == (flat, [])
+
+
+def recorded_steps(tiny_folder, out, *extra) -> list[dict]:
+    """Episodes of the random agent on non-slippery FrozenLake, recorded by jetgym-episode."""
+    from jetgym.scripts.config import compose
+    from jetgym.scripts.episode import run_episodes
+
+    run_episodes(compose("episode", [f"model.spec={tiny_folder}", "env=frozenlake", "env.kwargs.is_slippery=false",
+                                     "agent=random", "episodes=3", "seed=5", "video=false", f"output_dir={out}",
+                                     *extra]), quiet=True)
+    return [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
+
+
+def test_behaviour_cloning_replays_the_recorded_episodes(tiny_folder, tmp_path):
+    from jetgym.scripts.config import compose, to_config
+    from jetgym.scripts.train import train
+    from jetgym.training.cloning import cloning_questions
+
+    rows = recorded_steps(tiny_folder, tmp_path / "play")
+    texts = ["move left", "move down", "move right", "move up"]
+    env = CandidateActions(gym.make("FrozenLake-v1", is_slippery=False), texts=texts)
+    agent = make_agent("scorer", scorer=tiny_scorer(), task="Reach G.", describer=lambda o: f"on cell {o}", memory=2)
+    questions = cloning_questions(tmp_path / "play" / "steps.jsonl", env, agent)
+    assert len(questions) == len(rows) > 3
+    cell, prev = 0, []
+    for row, question in zip(rows, questions):  # the observation replayed, the recorded action as gold and memory
+        if row["step"] == 0:
+            cell, prev = 0, []
+        assert question.candidates[question.gold] == row["text"] and f"on cell {cell}" in question.context
+        assert all(text in question.context for text in prev[-2:])
+        assert question.id == f"steps/episode-{row['episode']}/step-{row['step']}/action"
+        prev.append(row["text"])
+        (down, right), (row_, col) = [(0, -1), (1, 0), (0, 1), (-1, 0)][texts.index(row["text"])], divmod(cell, 4)
+        cell = 4 * min(max(row_ + down, 0), 3) + min(max(col + right, 0), 3)
+    summary = train(compose("train", [f"model.spec={tiny_folder}", "env=frozenlake", "env.kwargs.is_slippery=false",
+                                      "algorithm=bc", f"train.demonstrations={tmp_path / 'play' / 'steps.jsonl'}",
+                                      "train.minibatch=4", "train.held_out=0.34", f"output_dir={tmp_path / 'bc'}"]),
+                    progress=False)
+    assert summary["train_questions"] + summary["held_out_questions"] == len(rows) and summary["held_out_questions"]
+    assert (tmp_path / "bc" / "adapter" / "jetgym_adapter.json").exists()
+    with pytest.raises(ValueError, match="algorithm=bc .* needs train.demonstrations=PATH"):
+        to_config(compose("train", ["algorithm=bc", f"output_dir={tmp_path / 'x'}"]))
+
+
+def test_behaviour_cloning_refuses_a_record_it_cannot_replay(tiny_folder, tmp_path):
+    from jetgym.training.cloning import cloning_questions
+
+    rows = recorded_steps(tiny_folder, tmp_path / "play")
+    env = CandidateActions(gym.make("FrozenLake-v1", is_slippery=False), texts=["a", "b", "c", "d"])
+    agent = make_agent("scorer", scorer=tiny_scorer(), task="Reach G.", describer=lambda o: f"on cell {o}")
+
+    def refused(changed: list[dict], match: str) -> None:
+        path = tmp_path / "bad.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in changed))
+        with pytest.raises(ValueError, match=match):
+            cloning_questions(path, env, agent)
+
+    refused([{**rows[0], "reward": 5.0}] + rows[1:], r"episode 0 step 0: the replay gave reward 0.0, .* where the "
+                                                      r"file has 5.0, .* does not replay this episode from its seed")
+    refused([{**rows[0], "action": "jump"}] + rows[1:], "episode 0 step 0: the recorded action 'jump' is not admissible")
+    refused([{**rows[0], "seed": None}] + rows[1:], "episode 0 has no seed, so it cannot be replayed")
+    refused([{k: v for k, v in rows[0].items() if k != "reward"}], "bad.jsonl:1 lacks reward")
+    refused(rows[:1] + rows[2:], "episode 0 skips from step 0 to 2: the file is incomplete")
+    with pytest.raises(FileNotFoundError, match="train.demonstrations='/nowhere.jsonl' is not a file"):
+        cloning_questions("/nowhere.jsonl", env, agent)

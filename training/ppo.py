@@ -21,6 +21,7 @@ import torch
 
 from jetgym.scorers import Question
 
+from .data_parallel import Shards
 from .options import PPOOptions
 
 
@@ -42,32 +43,47 @@ class Rollout:
     steps: list[list[Step]]  # per env, in time order
     last: list[Question]  # per env: the context after its last step (bootstrap when the episode goes on)
     episodes: list[dict] = field(default_factory=list)  # episodes that ended: return, length, success
+    slots: list[int] = field(default_factory=list)  # the envs' global numbers
+
+    @staticmethod
+    def merge(parts: Sequence["Rollout"]) -> "Rollout":
+        """One rollout from the ranks' parts, envs in the order of their global numbers."""
+        order = sorted((slot, part, k) for part in range(len(parts)) for k, slot in enumerate(parts[part].slots))
+        return Rollout([parts[p].steps[k] for _, p, k in order], [parts[p].last[k] for _, p, k in order],
+                       sorted((e for part in parts for e in part.episodes), key=lambda e: (e["slot"], e["number"])),
+                       [slot for slot, _, _ in order])
 
 
 class Rollouts:
-    """`num_envs` envs (each with `CandidateActions`) played by one scorer agent with `policy='sample'`.
+    """Envs (each with `CandidateActions`) played by one scorer agent with `policy='sample'`.
 
-    Episode n (counted over the whole run, all envs) is reset with seed `seed_of(n)`; `episode` is the next n,
-    so a resumed run continues the seed sequence."""
+    `slots`: the envs' global numbers (default 0..n-1; under data parallelism a rank plays its share). Env k's
+    j-th episode is reset with seed `seed_of(k, j)`, whichever process plays it; `started[k]` counts env k's
+    episodes, so a resumed run continues every env's seed sequence."""
 
-    def __init__(self, envs: Sequence[Any], agent, seed_of: Callable[[int], int], episode: int = 0):
-        self.envs, self.agent, self.seed_of, self.episode = list(envs), agent, seed_of, episode
-        self.current = [None] * len(self.envs)  # (observation, candidates, return, length) per env
+    def __init__(self, envs: Sequence[Any], agent, seed_of: Callable[[int, int], int],
+                 slots: Sequence[int] | None = None, started: Sequence[int] | None = None):
+        self.envs, self.agent, self.seed_of = list(envs), agent, seed_of
+        self.slots = list(range(len(self.envs))) if slots is None else list(slots)
+        if len(self.slots) != len(self.envs):
+            raise ValueError(f"Rollouts got {len(self.envs)} envs for {len(self.slots)} slots")
+        self.started = {k: (started[k] if started else 0) for k in self.slots}
+        self.current: list = [None] * len(self.envs)  # (observation, candidates, return, length) per env
         for k in range(len(self.envs)):
             self._reset(k)
 
     def _reset(self, k: int) -> None:
-        seed = self.seed_of(self.episode)
-        self.episode += 1
+        slot = self.slots[k]
+        seed = self.seed_of(slot, self.started[slot])
+        self.started[slot] += 1
         observation, info = self.envs[k].reset(seed=seed)
-        self.agent.reset(seed, slot=k)
+        self.agent.reset(seed, slot=slot)
         self.current[k] = [observation, info["candidates"], 0.0, 0]
 
     def collect(self, steps: int) -> Rollout:
-        rollout = Rollout([[] for _ in self.envs], [])
+        rollout = Rollout([[] for _ in self.envs], [], slots=self.slots)
         for _ in range(steps):
-            acts = self.agent.act_many([c[0] for c in self.current], [c[1] for c in self.current],
-                                       list(range(len(self.envs))))
+            acts = self.agent.act_many([c[0] for c in self.current], [c[1] for c in self.current], self.slots)
             for k, (env, act) in enumerate(zip(self.envs, acts)):
                 candidates = self.current[k][1]
                 question = Question(context=act.question, candidates=candidates.texts, labels=candidates.labels)
@@ -79,13 +95,14 @@ class Rollouts:
                 self.current[k][3] += 1
                 if terminated or truncated:
                     if truncated and not terminated:
-                        step.after = self.agent.question(nxt, info["candidates"], k)
-                    rollout.episodes.append({"return": self.current[k][2], "length": self.current[k][3],
+                        step.after = self.agent.question(nxt, info["candidates"], self.slots[k])
+                    rollout.episodes.append({"slot": self.slots[k], "number": self.started[self.slots[k]] - 1,
+                                             "return": self.current[k][2], "length": self.current[k][3],
                                              "success": bool(info["is_success"]) if "is_success" in info else None})
                     self._reset(k)
                 else:
                     self.current[k][0], self.current[k][1] = nxt, info["candidates"]
-        rollout.last = [self.agent.question(c[0], c[1], k) for k, c in enumerate(self.current)]
+        rollout.last = [self.agent.question(c[0], c[1], slot) for slot, c in zip(self.slots, self.current)]
         return rollout
 
 
@@ -103,21 +120,23 @@ def advantages(rewards: np.ndarray, values: np.ndarray, next_values: np.ndarray,
     return adv, adv + values
 
 
-def _values(policy, questions: list[Question], chunk: int) -> np.ndarray:
-    out = []
-    with torch.no_grad():
-        for start in range(0, len(questions), chunk):
-            out.append(policy.evaluate(questions[start:start + chunk]).values.double().numpy())
-    return np.concatenate(out) if out else np.zeros(0)
+def _values(policy, questions: list[Question], chunk: int, shards: Shards) -> np.ndarray:
+    def part(items: list[Question]) -> list[float]:
+        with torch.no_grad():
+            return [float(v) for start in range(0, len(items), chunk)
+                    for v in policy.evaluate(items[start:start + chunk]).values.double()]
+
+    return np.array(shards.map(part, questions), dtype=np.float64)
 
 
 def update(policy, optimizer, rollout: Rollout, options: PPOOptions, generator: torch.Generator,
-           autocast: bool = False) -> dict:
-    """One PPO update from a rollout; returns the losses, KL and entropy of the update (means)."""
+           autocast: bool = False, shards: Shards = Shards()) -> dict:
+    """One PPO update from a rollout (under data parallelism: the merged rollout, the same on every rank, each
+    rank computing its share of every minibatch); returns the losses, KL and entropy of the update (means)."""
     flat = [step for env_steps in rollout.steps for step in env_steps]
     extra = [s.after for s in flat if s.after is not None]
     with _autocast(autocast):
-        values = _values(policy, [s.question for s in flat] + extra + rollout.last, options.minibatch)
+        values = _values(policy, [s.question for s in flat] + extra + rollout.last, options.minibatch, shards)
     value_of_after = iter(values[len(flat):len(flat) + len(extra)])
     last_values = values[len(flat) + len(extra):]
     advantages_, returns = [], []
@@ -139,41 +158,52 @@ def update(policy, optimizer, rollout: Rollout, options: PPOOptions, generator: 
     if len(adv) > 1:
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)
     old = torch.tensor([s.logprob for s in flat], dtype=torch.float32)
-    totals = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "kl_old": 0.0, "kl_ref": 0.0, "clip_fraction": 0.0}
+    names = ("policy_loss", "value_loss", "entropy", "kl_old", "kl_ref", "clip_fraction")
+    totals = dict.fromkeys(names, 0.0)
     batches = 0
     for _ in range(options.epochs):
         order = torch.randperm(len(flat), generator=generator).tolist()
         for start in range(0, len(order), options.minibatch):
-            idx = order[start:start + options.minibatch]
-            questions = [flat[i].question for i in idx]
-            with _autocast(autocast):
-                evaluated = policy.evaluate(questions)
-                reference = policy.evaluate(questions, reference=True) if options.kl_coef else None
-            new = torch.stack([lq[flat[i].index] for lq, i in zip(evaluated.log_q, idx)]).float()
-            ratio = torch.exp(new - old[idx])
-            a = adv[idx]
-            policy_loss = -torch.min(ratio * a, ratio.clamp(1 - options.clip, 1 + options.clip) * a).mean()
-            value_loss = 0.5 * ((evaluated.values.float() - ret[idx]) ** 2).mean()
-            entropy = torch.stack([-(lq.exp() * lq).sum() for lq in evaluated.log_q]).mean()
-            loss = policy_loss + options.value_coef * value_loss - options.entropy_coef * entropy
-            kl_ref = torch.zeros(())
-            if reference is not None:
-                kl_ref = torch.stack([(lq.exp() * (lq - rq)).sum() for lq, rq in zip(evaluated.log_q, reference.log_q)]).mean()
-                loss = loss + options.kl_coef * kl_ref
+            batch = order[start:start + options.minibatch]
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            terms = [0.0] * len(names)
+            idx = [batch[j] for j in shards.mine(len(batch))]
+            if idx:
+                parts = _minibatch_terms(policy, flat, idx, adv, ret, old, options, autocast)
+                loss = (parts["policy_loss"] + options.value_coef * parts["value_loss"]
+                        - options.entropy_coef * parts["entropy"] + options.kl_coef * parts["kl_ref"]) / len(batch)
+                loss.backward()
+                terms = [float(parts[name].detach()) for name in names]
+            shards.sum_gradients(policy.parameters())
             torch.nn.utils.clip_grad_norm_(policy.parameters(), options.max_grad_norm)
             optimizer.step()
             policy.weights_changed()
-            with torch.no_grad():
-                totals["policy_loss"] += float(policy_loss)
-                totals["value_loss"] += float(value_loss)
-                totals["entropy"] += float(entropy)
-                totals["kl_old"] += float((old[idx] - new).mean())
-                totals["kl_ref"] += float(kl_ref)
-                totals["clip_fraction"] += float(((ratio - 1).abs() > options.clip).float().mean())
+            for name, value in zip(names, shards.sum(terms)):
+                totals[name] += value / len(batch)
             batches += 1
     return {key: value / max(batches, 1) for key, value in totals.items()}
+
+
+def _minibatch_terms(policy, flat: list[Step], idx: list[int], adv: torch.Tensor, ret: torch.Tensor,
+                     old: torch.Tensor, options: PPOOptions, autocast: bool) -> dict[str, torch.Tensor]:
+    """The PPO loss terms of the decisions `idx`, each summed over them (the caller divides by the minibatch)."""
+    questions = [flat[i].question for i in idx]
+    with _autocast(autocast):
+        evaluated = policy.evaluate(questions)
+        reference = policy.evaluate(questions, reference=True) if options.kl_coef else None
+    new = torch.stack([lq[flat[i].index] for lq, i in zip(evaluated.log_q, idx)]).float()
+    ratio = torch.exp(new - old[idx])
+    a = adv[idx]
+    terms = {"policy_loss": -torch.min(ratio * a, ratio.clamp(1 - options.clip, 1 + options.clip) * a).sum(),
+             "value_loss": 0.5 * ((evaluated.values.float() - ret[idx]) ** 2).sum(),
+             "entropy": torch.stack([-(lq.exp() * lq).sum() for lq in evaluated.log_q]).sum(),
+             "kl_old": (old[idx] - new).sum().detach(),
+             "clip_fraction": ((ratio - 1).abs() > options.clip).float().sum(),
+             "kl_ref": torch.zeros(())}
+    if reference is not None:
+        terms["kl_ref"] = torch.stack([(lq.exp() * (lq - rq)).sum()
+                                       for lq, rq in zip(evaluated.log_q, reference.log_q)]).sum()
+    return terms
 
 
 def _autocast(enabled: bool):

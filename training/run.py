@@ -16,6 +16,7 @@ is refused.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -28,8 +29,9 @@ from tqdm import tqdm
 
 from jetgym.runs.folder import append_jsonl, dumps, folder_lock, make_folder, read_jsonl, write_json, write_text
 
+from .data_parallel import Shards
 from .options import PPOOptions, SFTOptions
-from .ppo import Rollouts, update
+from .ppo import Rollout, Rollouts, update
 from .sft import check_labelled, evaluate_questions, sft_step
 
 TRAIN_LOG = "train.jsonl"
@@ -69,11 +71,16 @@ class TrainingFolder:
                              f"{', '.join(changed)}); rerun with the same settings to resume, or choose a new output_dir")
         return state
 
-    def rows(self, update: int) -> list[dict]:
-        """The log rows up to update `update`, the file rewritten without any later rows."""
+    def rows(self, update: int, rewrite: bool = True) -> list[dict]:
+        """The log rows up to update `update`; `rewrite`: the file rewritten without any later rows."""
         rows = [row for row in read_jsonl(self.log) if row.get("update", 0) <= update]
-        write_text(self.log, "".join(dumps(row) + "\n" for row in rows))
+        if rewrite:
+            write_text(self.log, "".join(dumps(row) + "\n" for row in rows))
         return rows
+
+    def lock(self, shards: Shards):
+        """The folder's lock, held by the rank that writes (the others only read the checkpoint)."""
+        return folder_lock(self.out, "jetgym-train") if shards.writer else contextlib.nullcontext()
 
     def save_checkpoint(self, policy, optimizer, progress: dict) -> None:
         name = f"checkpoint-{progress['update']:06d}"
@@ -91,9 +98,9 @@ class TrainingFolder:
         if previous and previous != name:
             shutil.rmtree(self.out / previous, ignore_errors=True)
 
-    def start(self, policy, learning_rate: float, seed: int) -> tuple:
+    def start(self, policy, learning_rate: float, seed: int, shards: Shards) -> tuple:
         """(optimizer, shuffling generator, checkpoint progress ({} for a fresh run), the log rows kept),
-        the policy and optimizer restored from the checkpoint when there is one."""
+        the policy and optimizer restored from the checkpoint when there is one (on every rank)."""
         from safetensors.torch import load_file
 
         state = self.check()
@@ -106,7 +113,7 @@ class TrainingFolder:
         policy.load_state(load_file(str(folder / "policy.safetensors")))
         optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=False))
         generator.set_state(torch.tensor(state["generator"], dtype=torch.uint8))
-        return optimizer, generator, state, self.rows(state["update"])
+        return optimizer, generator, state, self.rows(state["update"], rewrite=shards.writer)
 
     def finish(self, policy, summary: dict, rows: list[dict], x: str, ys: Sequence[str]) -> dict:
         staging = self.out / f".{ADAPTER}-staging"
@@ -148,27 +155,32 @@ def plot_curve(rows: list[dict], x: str, ys: Sequence[str], path: Path) -> str |
 
 def run_ppo(policy, envs: Sequence[Any], agent, options: PPOOptions, output_dir: str | os.PathLike, env_steps: int,
             seed: int = 0, checkpoint_every: int = 1, autocast: bool = False, config: dict | None = None,
-            progress: bool = True) -> dict:
+            progress: bool = True, shards: Shards = Shards()) -> dict:
     """Train `policy` with PPO on `envs` (played by `agent`, a scorer agent over `policy.scorer` with
-    policy='sample') for at least `env_steps` env steps; returns the summary. Training episode n uses seed
-    `1_000_000 * (seed + 1) + n`, so training seeds never meet the small evaluation seeds."""
-    if len(envs) != options.num_envs:
-        raise ValueError(f"run_ppo got {len(envs)} envs for train.num_envs={options.num_envs}")
+    policy='sample') for at least `env_steps` env steps; returns the summary. Env k's j-th training episode uses
+    seed `1_000_000 * (seed + 1) + j * num_envs + k`, so training seeds never meet the small evaluation seeds.
+    Under data parallelism `envs` are this rank's share (`shards.mine(num_envs)`) and rank 0 writes the folder."""
+    slots = shards.mine(options.num_envs)
+    if len(envs) != len(slots):
+        raise ValueError(f"run_ppo got {len(envs)} envs where this process plays {len(slots)} of "
+                         f"train.num_envs={options.num_envs}")
     if env_steps < 1:
         raise ValueError(f"train.env_steps must be >= 1, got {env_steps}")
     folder = TrainingFolder(output_dir, config or {"algorithm": "ppo", "seed": seed, **options.__dict__})
-    with folder_lock(folder.out, "jetgym-train"):
-        optimizer, generator, state, rows = folder.start(policy, options.learning_rate, seed)
-        done, steps, episode = state.get("update", 0), state.get("env_steps", 0), state.get("episode", 0)
-        rollouts = Rollouts(envs, agent, lambda n: 1_000_000 * (seed + 1) + n, episode)
+    with folder.lock(shards):
+        optimizer, generator, state, rows = folder.start(policy, options.learning_rate, seed, shards)
+        done, steps = state.get("update", 0), state.get("env_steps", 0)
+        rollouts = Rollouts(envs, agent, lambda k, j: 1_000_000 * (seed + 1) + j * options.num_envs + k, slots,
+                            state.get("started"))
         per_update = options.num_envs * options.rollout_steps
-        bar = tqdm(total=env_steps, initial=min(steps, env_steps), unit="step", disable=not progress, desc="ppo")
+        bar = tqdm(total=env_steps, initial=min(steps, env_steps), unit="step", disable=not (progress and shards.writer),
+                   desc="ppo")
         started = time.monotonic()
         while steps < env_steps:
             begun = time.monotonic()
-            rollout = rollouts.collect(options.rollout_steps)
+            rollout = Rollout.merge(shards.gather(rollouts.collect(options.rollout_steps)))
             collected = time.monotonic()
-            losses = update(policy, optimizer, rollout, options, generator, autocast)
+            losses = update(policy, optimizer, rollout, options, generator, autocast, shards)
             done += 1
             steps += per_update
             returns = [e["return"] for e in rollout.episodes]
@@ -179,62 +191,75 @@ def run_ppo(policy, envs: Sequence[Any], agent, options: PPOOptions, output_dir:
                    **{k: round(v, 6) for k, v in losses.items()},
                    "rollout_seconds": round(collected - begun, 3), "update_seconds": round(time.monotonic() - collected, 3),
                    "decisions_per_second": round(per_update / max(collected - begun, 1e-9), 3)}
-            append_jsonl(folder.log, [row])
             rows.append(row)
-            if done % checkpoint_every == 0 and steps < env_steps:
-                folder.save_checkpoint(policy, optimizer, {"update": done, "env_steps": steps,
-                                                           "episode": rollouts.episode,
-                                                           "generator": generator.get_state().tolist()})
+            checkpoint = done % checkpoint_every == 0 and steps < env_steps
+            counts = [0] * options.num_envs
+            for part in shards.gather(rollouts.started) if checkpoint else ():
+                for k, n in part.items():
+                    counts[k] = n
+            if shards.writer:
+                append_jsonl(folder.log, [row])
+                if checkpoint:
+                    folder.save_checkpoint(policy, optimizer, {"update": done, "env_steps": steps, "started": counts,
+                                                               "generator": generator.get_state().tolist()})
             bar.update(min(per_update, env_steps - bar.n))
             bar.set_postfix(ret=row["mean_return"], steps_s=round(per_update / (time.monotonic() - begun), 2))
         bar.close()
         summary = {"algorithm": "ppo", "updates": done, "env_steps": steps, "seed": seed,
-                   "seconds_this_process": round(time.monotonic() - started, 3), "config": folder.config,
+                   "ranks": shards.ranks.world_size, "seconds_this_process": round(time.monotonic() - started, 3),
+                   "config": folder.config,
                    "last_mean_return": next((r["mean_return"] for r in reversed(rows) if r["mean_return"] is not None), None)}
+        if not shards.writer:
+            return summary
         return folder.finish(policy, summary, rows, "env_steps", ["mean_return", "success_rate", "entropy"])
 
 
 def run_sft(policy, questions: Sequence, options: SFTOptions, output_dir: str | os.PathLike,
             held_out: Sequence = (), seed: int = 0, checkpoint_every: int = 10, autocast: bool = False,
-            config: dict | None = None, progress: bool = True) -> dict:
+            config: dict | None = None, progress: bool = True, shards: Shards = Shards()) -> dict:
     """Minimize the gold NLL of `questions` for `options.epochs` epochs; `held_out` is evaluated (gold NLL,
-    accuracy) before training and after every epoch. Returns the summary."""
+    accuracy) before training and after every epoch. Returns the summary. Under data parallelism every rank
+    gets the same questions, computes its share of each minibatch, and rank 0 writes the folder."""
     check_labelled(questions, "the training set")
     folder = TrainingFolder(output_dir, config or {"algorithm": "sft", "seed": seed, **options.__dict__})
-    with folder_lock(folder.out, "jetgym-train"):
-        optimizer, generator, state, rows = folder.start(policy, options.learning_rate, seed)
+    with folder.lock(shards):
+        optimizer, generator, state, rows = folder.start(policy, options.learning_rate, seed, shards)
         per_epoch = -(-len(questions) // options.minibatch)
         done = state.get("update", 0)
-        if not rows and held_out:
-            before = {"update": 0, "epoch": 0, "questions_seen": 0, **_prefixed(evaluate_questions(policy.scorer, held_out))}
-            append_jsonl(folder.log, [before])
-            rows.append(before)
+        if not state and held_out:
+            rows.append({"update": 0, "epoch": 0, "questions_seen": 0,
+                         **_prefixed(evaluate_questions(policy.scorer, held_out, shards))})
+            if shards.writer:
+                append_jsonl(folder.log, rows[-1:])
         total = options.epochs * per_epoch
-        bar = tqdm(total=total, initial=done, unit="step", disable=not progress, desc="sft")
+        bar = tqdm(total=total, initial=done, unit="step", disable=not (progress and shards.writer), desc="sft")
         orders = [torch.randperm(len(questions), generator=torch.Generator().manual_seed(seed * 1000 + e)).tolist()
                   for e in range(options.epochs)]
         while done < total:
             epoch, k = divmod(done, per_epoch)
             idx = orders[epoch][k * options.minibatch:(k + 1) * options.minibatch]
             begun = time.monotonic()
-            loss = sft_step(policy, optimizer, [questions[i] for i in idx], options, autocast)
+            loss = sft_step(policy, optimizer, [questions[i] for i in idx], options, autocast, shards)
             done += 1
             row = {"update": done, "epoch": epoch + (k + 1) / per_epoch, "questions_seen": done * options.minibatch,
                    "loss": round(loss, 6), "update_seconds": round(time.monotonic() - begun, 3)}
             if done % per_epoch == 0 and held_out:
-                row.update(_prefixed(evaluate_questions(policy.scorer, held_out)))
-            append_jsonl(folder.log, [row])
+                row.update(_prefixed(evaluate_questions(policy.scorer, held_out, shards)))
             rows.append(row)
-            if done % checkpoint_every == 0 and done < total:
-                folder.save_checkpoint(policy, optimizer, {"update": done, "generator": generator.get_state().tolist()})
+            if shards.writer:
+                append_jsonl(folder.log, [row])
+                if done % checkpoint_every == 0 and done < total:
+                    folder.save_checkpoint(policy, optimizer, {"update": done, "generator": generator.get_state().tolist()})
             bar.update(1)
             bar.set_postfix(loss=round(loss, 4))
         bar.close()
         final = next((r for r in reversed(rows) if "held_out_accuracy" in r), None)
-        summary = {"algorithm": "sft", "updates": done, "seed": seed, "train_questions": len(questions),
-                   "held_out_questions": len(held_out), "config": folder.config,
+        summary = {"algorithm": "sft", "updates": done, "seed": seed, "ranks": shards.ranks.world_size,
+                   "train_questions": len(questions), "held_out_questions": len(held_out), "config": folder.config,
                    "held_out_before": {k: rows[0].get(k) for k in ("held_out_gold_nll", "held_out_accuracy")} if held_out else None,
                    "held_out_after": {k: final.get(k) for k in ("held_out_gold_nll", "held_out_accuracy")} if final else None}
+        if not shards.writer:
+            return summary
         return folder.finish(policy, summary, rows, "questions_seen", ["loss", "held_out_gold_nll", "held_out_accuracy"])
 
 

@@ -16,6 +16,7 @@ from jetgym.scorers import Question
 
 from jetgym.scorers.decision import resolve_gold
 
+from .data_parallel import Shards
 from .options import SFTOptions
 
 
@@ -40,28 +41,46 @@ def check_labelled(questions: Sequence[Question], what: str) -> None:
 
 
 def gold_nll(log_q: Sequence[torch.Tensor], questions: Sequence[Question]) -> torch.Tensor:
-    """Mean gold NLL of a minibatch (log-sum-exp over the equivalent gold candidates)."""
-    losses = [-torch.logsumexp(lq[torch.tensor(gold_indices(q))], dim=0) for lq, q in zip(log_q, questions)]
-    return torch.stack(losses).mean()
+    """The gold NLL of each question (log-sum-exp over the equivalent gold candidates)."""
+    return torch.stack([-torch.logsumexp(lq[torch.tensor(gold_indices(q))], dim=0) for lq, q in zip(log_q, questions)])
 
 
-def sft_step(policy, optimizer, questions: Sequence[Question], options: SFTOptions, autocast: bool = False) -> float:
-    """One gradient step on a minibatch; returns its loss."""
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        loss = gold_nll(policy.evaluate(questions).log_q, questions)
+def sft_step(policy, optimizer, questions: Sequence[Question], options: SFTOptions, autocast: bool = False,
+             shards: Shards = Shards()) -> float:
+    """One gradient step on a minibatch (each rank computing its share); returns the minibatch's mean loss."""
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    mine = [questions[i] for i in shards.mine(len(questions))]
+    total = 0.0
+    if mine:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = gold_nll(policy.evaluate(mine).log_q, mine).sum() / len(questions)
+        loss.backward()
+        total = float(loss.detach())
+    shards.sum_gradients(policy.parameters())
     torch.nn.utils.clip_grad_norm_(policy.parameters(), options.max_grad_norm)
     optimizer.step()
     policy.weights_changed()
-    return float(loss.detach())
+    return shards.sum([total])[0]
 
 
-def evaluate_questions(scorer, questions: Sequence[Question]) -> dict:
+def evaluate_questions(scorer, questions: Sequence[Question], shards: Shards = Shards()) -> dict:
     """Mean gold NLL and accuracy of the scorer's decisions (inference path, no gradient)."""
     if not questions:
         return {"gold_nll": None, "accuracy": None, "questions": 0}
-    decisions = scorer.decide_many(list(questions))
-    nll = [d.gold_nll for d in decisions]
-    return {"gold_nll": sum(nll) / len(nll), "accuracy": sum(bool(d.correct) for d in decisions) / len(decisions),
-            "questions": len(decisions)}
+    scored = shards.map(lambda part: [(d.gold_nll, bool(d.correct)) for d in scorer.decide_many(part)], questions)
+    return {"gold_nll": sum(n for n, _ in scored) / len(scored), "accuracy": sum(c for _, c in scored) / len(scored),
+            "questions": len(scored)}
+
+
+def split_held_out(questions: Sequence[Question], fraction: float) -> tuple[list, list]:
+    """(train, held out): questions are grouped into episodes by their id without its last two '/'-parts
+    (LIBERO `set/task/demo_N/tNNN/type`, behaviour cloning `steps/episode-N/step-S/action`; other ids are
+    their own group), and every k-th group, k = round(1 / fraction), starting with the second, is held out,
+    so the steps of one episode never straddle the split."""
+    if not fraction:
+        return list(questions), []
+    every = max(2, round(1 / fraction))
+    group = [q.id.rsplit("/", 2)[0] if q.id.count("/") >= 2 else q.id for q in questions]
+    order = {name: k for k, name in enumerate(dict.fromkeys(group))}
+    held = [order[name] % every == 1 for name in group]
+    return ([q for q, h in zip(questions, held) if not h], [q for q, h in zip(questions, held) if h])

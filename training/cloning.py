@@ -1,0 +1,73 @@
+"""Behaviour cloning: the questions the scorer agent would have asked along another agent's episodes, each
+with the action that agent took as its gold answer (then trained like any labelled set, `run_sft`).
+
+A `steps.jsonl` of `jetgym-episode` (any agent: scripted, random, another model) holds each step's episode,
+seed and action label, not the observation. The episodes are replayed: the env is reset with the episode's
+seed and stepped with the recorded actions, and at every step the scorer agent's question is built from the
+replayed observation, its memory quoting the recorded actions. A replay that departs from the record (another
+reward or end, an action that is not admissible) is refused naming the episode and step: cloning needs an env
+that replays its episodes from their seeds.
+"""
+
+from __future__ import annotations
+
+import os
+from itertools import groupby
+from pathlib import Path
+
+from jetgym.runs.folder import read_jsonl
+from jetgym.scorers import Question
+
+REQUIRED = ("episode", "seed", "step", "action", "reward", "terminated", "truncated")
+
+
+def cloning_questions(path: str | os.PathLike, env, agent) -> list[Question]:
+    """The scorer agent's questions along the episodes of `path` (replayed in `env`, a `CandidateActions` env),
+    gold = the recorded action; ids `steps/episode-N/step-S/action` (an episode is one group for held-out splits)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"train.demonstrations={str(path)!r} is not a file: give the steps.jsonl of a "
+                                f"jetgym-episode run")
+    rows = read_jsonl(path, what="step")
+    if not rows:
+        raise ValueError(f"{path} holds no steps: record some episodes with jetgym-episode first")
+    for line, row in enumerate(rows, 1):
+        missing = [key for key in REQUIRED if key not in row]
+        if missing:
+            raise ValueError(f"{path}:{line} lacks {', '.join(missing)}: give the steps.jsonl of a jetgym-episode run")
+        if row["seed"] is None:
+            raise ValueError(f"{path}:{line}: episode {row['episode']} has no seed, so it cannot be replayed; "
+                             f"record the episodes with a seed")
+    questions: list[Question] = []
+    for episode, steps in groupby(sorted(rows, key=lambda r: (r["episode"], r["step"])), key=lambda r: r["episode"]):
+        questions += _replay(path, env, agent, episode, list(steps))
+    return questions
+
+
+def _replay(path: Path, env, agent, episode: int, steps: list[dict]) -> list[Question]:
+    where = f"{path}: episode {episode}"
+    observation, info = env.reset(seed=steps[0]["seed"])
+    agent.reset(steps[0]["seed"])
+    out = []
+    for expected, row in enumerate(steps):
+        if row["step"] != expected:
+            raise ValueError(f"{where} skips from step {expected - 1} to {row['step']}: the file is incomplete")
+        candidates = info["candidates"]
+        if row["action"] not in candidates.labels:
+            raise ValueError(f"{where} step {expected}: the recorded action {row['action']!r} is not admissible in "
+                             f"the replay ({', '.join(candidates.labels)}): is it the same env and settings?")
+        index = candidates.labels.index(row["action"])
+        question = agent.question(observation, candidates)
+        out.append(Question(context=question.context, candidates=question.candidates, labels=question.labels,
+                            images=question.images, gold=index, id=f"steps/episode-{episode}/step-{expected}/action"))
+        agent.record(candidates.texts[index])
+        observation, reward, terminated, truncated, info = env.step(candidates.actions[index])
+        if abs(float(reward) - float(row["reward"])) > 1e-6 or bool(terminated) != row["terminated"] \
+                or bool(truncated) != row["truncated"]:
+            raise ValueError(f"{where} step {expected}: the replay gave reward {float(reward)}, terminated "
+                             f"{bool(terminated)}, truncated {bool(truncated)} where the file has {row['reward']}, "
+                             f"{row['terminated']}, {row['truncated']}: the env does not replay this episode from "
+                             f"its seed (same env and settings?)")
+        if (terminated or truncated) and expected + 1 < len(steps):
+            raise ValueError(f"{where} ended at step {expected} in the replay but the file goes on")
+    return out
