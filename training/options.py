@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Callable, Literal
 
 Finetune = Literal["lora", "full"]
 
@@ -46,18 +46,10 @@ class PPOOptions:
     max_grad_norm: float = 1.0
 
     def __post_init__(self):
-        for name in ("num_envs", "rollout_steps", "epochs", "minibatch"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("gamma", "gae_lambda"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(f"train.{name} must be in [0, 1], got {getattr(self, name)}")
-        for name in ("learning_rate", "clip", "max_grad_norm"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"train.{name} must be > 0, got {getattr(self, name)}")
-        for name in ("value_coef", "entropy_coef", "kl_coef"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"train.{name} must be >= 0, got {getattr(self, name)}")
+        _check(self, ("num_envs", "rollout_steps", "epochs", "minibatch"), lambda v: v >= 1, ">= 1")
+        _check(self, ("gamma", "gae_lambda"), lambda v: 0 <= v <= 1, "in [0, 1]")
+        _check(self, ("learning_rate", "clip", "max_grad_norm"), lambda v: v > 0, "> 0")
+        _check(self, ("value_coef", "entropy_coef", "kl_coef"), lambda v: v >= 0, ">= 0")
 
 
 @dataclass(frozen=True)
@@ -68,9 +60,12 @@ class SFTOptions:
     max_grad_norm: float = 1.0
 
     def __post_init__(self):
-        for name in ("epochs", "minibatch"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("learning_rate", "max_grad_norm"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"train.{name} must be > 0, got {getattr(self, name)}")
+        _check(self, ("epochs", "minibatch"), lambda v: v >= 1, ">= 1")
+        _check(self, ("learning_rate", "max_grad_norm"), lambda v: v > 0, "> 0")
+
+
+def _check(options, names: tuple[str, ...], valid: Callable[[float], bool], rule: str) -> None:
+    """Refuse the first of `names` whose value is not `valid`, naming the `train.` option and the rule."""
+    for name in names:
+        if not valid(getattr(options, name)):
+            raise ValueError(f"train.{name} must be {rule}, got {getattr(options, name)}")
