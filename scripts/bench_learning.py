@@ -58,7 +58,8 @@ def play(overrides: list[str], agent: str, seeds: tuple[int, int], adapter: str 
 def env_overrides(run: dict) -> list[str]:
     """Episode-config overrides that rebuild the training run's env and scorer settings."""
     env, scorer = run["env"], run["scorer"]
-    out = [f"model.spec={run['model']['spec']}", f"env.id={env['id']}", f"+env.kwargs={json.dumps(env['kwargs'])}"]
+    out = [f"model.spec={run['model']['spec']}", f"env.id={env['id']}"]
+    out += [f"++env.kwargs.{k}={hydra_value(v)}" for k, v in env["kwargs"].items()]
     if env.get("action_texts"):
         out.append("env.action_texts=[" + ",".join(env["action_texts"]) + "]")
     if env.get("task"):
@@ -67,6 +68,15 @@ def env_overrides(run: dict) -> list[str]:
     agent = run.get("agent") or {}
     out += [f"agent.{k}={agent[k]}" for k in ("memory", "describer", "perception", "screenshot") if k in agent]
     return out
+
+
+def hydra_value(value) -> str:
+    """`value` written in Hydra's override grammar (null, true/false, numbers, quoted strings, lists, dicts)."""
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{hydra_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(hydra_value(v) for v in value) + "]"
+    return json.dumps(value) if isinstance(value, str) else ("null" if value is None else json.dumps(value))
 
 
 def demonstration_seeds(run: dict) -> set[int]:

@@ -354,3 +354,17 @@ def test_behaviour_cloning_refuses_a_record_it_cannot_replay(tiny_folder, tmp_pa
     refused(rows[:1] + rows[2:], "episode 0 skips from step 0 to 2: the file is incomplete")
     with pytest.raises(FileNotFoundError, match="train.demonstrations='/nowhere.jsonl' is not a file"):
         cloning_questions("/nowhere.jsonl", env, agent)
+
+
+def test_learning_benchmark_rebuilds_the_run_env():
+    """The env settings a run recorded (null, booleans, strings, lists) come back unchanged through Hydra."""
+    from jetgym.scripts.bench_learning import env_overrides
+    from jetgym.scripts.config import compose, to_config
+
+    kwargs = {"map_name": "4x4", "is_slippery": False, "max_episode_steps": None, "desc": ["SFFF", "FHFH", "FFFH", "HFFG"]}
+    run = {"model": {"spec": "smollm2-135m-instruct"}, "scorer": {"name": "jet", "template": "none"},
+           "env": {"id": "FrozenLake-v1", "kwargs": kwargs, "action_texts": ["a", "b", "c", "d"], "task": "Go."},
+           "agent": {"memory": 2, "describer": "auto"}}
+    config = to_config(compose("episode", ["env=gym", *env_overrides(run)]))
+    assert dict(config.env.kwargs) == kwargs and config.env.task == "Go." and config.agent.memory == 2
+    assert config.scorer.template == "none" and list(config.env.action_texts) == ["a", "b", "c", "d"]
