@@ -70,6 +70,18 @@ def env_overrides(run: dict) -> list[str]:
     return out
 
 
+def env_controls(overrides: list[str]) -> list[str]:
+    """The candidate texts of the env's first step (for envs whose controls come from the env, e.g. ViZDoom)."""
+    from jetgym.scripts.build import make_env
+    from jetgym.scripts.config import compose, to_config
+
+    env = make_env(to_config(compose("episode", overrides + ["agent=random"])))
+    try:
+        return list(env.reset(seed=0)[1]["candidates"].texts)
+    finally:
+        env.close()
+
+
 def hydra_value(value) -> str:
     """`value` written in Hydra's override grammar (null, true/false, numbers, quoted strings, lists, dicts)."""
     if isinstance(value, dict):
@@ -179,7 +191,7 @@ def main(argv=None) -> None:
     if overlap:
         parser.error(f"held-out seeds {overlap[:5]} were demonstration episodes of this run: pass --seed beyond them")
     tuning = (args.tuning_seed, args.tuning_seed + args.tuning_episodes)
-    controls = run["env"].get("action_texts") or []
+    controls = run["env"].get("action_texts") or env_controls(base)
     fixed_scores = {c: sum(e["return"] for e in play(base, "fixed", tuning, control=c)) for c in controls}
     best = max(fixed_scores, key=fixed_scores.get) if fixed_scores else None
     agents = {"trained": play(base, "scorer", held, adapter=str(folder / "adapter")),
@@ -224,7 +236,10 @@ def main(argv=None) -> None:
             f"Command: `jetgym-bench-learning RUN --name {args.name} --episodes {args.episodes}` on {how}; the run's "
             f"settings: `{json.dumps({k: run['train'][k] for k in run['train'] if run['train'][k] is not None}, sort_keys=True)}`, "
             f"env `{run['env']['id']}` `{json.dumps(run['env']['kwargs'], sort_keys=True)}`.", "",
-            f"Held-out seeds {held[0]}..{held[1] - 1} (training seeds are >= 1,000,000; the fixed control was picked on "
+            f"Held-out seeds {held[0]}..{held[1] - 1} ("
+            + ("training seeds are >= 1,000,000" if run["algorithm"] == "ppo" else
+               f"the demonstrations used seeds {min(demonstration_seeds(run))}..{max(demonstration_seeds(run))}")
+            + "; the fixed control was picked on "
             f"seeds {tuning[0]}..{tuning[1] - 1}). fp32, argmax for the scorers. Mean [95% bootstrap interval over seeds].", "",
             "| agent | return | success |", "|---|---|---|", *rows, "",
             "Paired return difference, trained minus each (same seeds resampled together): " + "; ".join(paired) + ".", "",

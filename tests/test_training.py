@@ -358,7 +358,7 @@ def test_behaviour_cloning_refuses_a_record_it_cannot_replay(tiny_folder, tmp_pa
 
 def test_learning_benchmark_rebuilds_the_run_env():
     """The env settings a run recorded (null, booleans, strings, lists) come back unchanged through Hydra."""
-    from jetgym.scripts.bench_learning import env_overrides
+    from jetgym.scripts.bench_learning import env_controls, env_overrides
     from jetgym.scripts.config import compose, to_config
 
     kwargs = {"map_name": "4x4", "is_slippery": False, "max_episode_steps": None, "desc": ["SFFF", "FHFH", "FFFH", "HFFG"]}
@@ -368,3 +368,4 @@ def test_learning_benchmark_rebuilds_the_run_env():
     config = to_config(compose("episode", ["env=gym", *env_overrides(run)]))
     assert dict(config.env.kwargs) == kwargs and config.env.task == "Go." and config.agent.memory == 2
     assert config.scorer.template == "none" and list(config.env.action_texts) == ["a", "b", "c", "d"]
+    assert len(set(env_controls(["env=gym", "env.id=FrozenLake-v1"]))) == 4  # the env's own controls, no texts given
