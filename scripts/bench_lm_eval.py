@@ -79,7 +79,7 @@ def run_bench(args) -> dict:
     text_task = perplexity_task(extra)
     manager = TaskManager(include_path=[str(task_folder()), str(extra)])
     methods = {}
-    for dtype in DTYPES:
+    for dtype in args.dtypes:
         methods[f"jetgym_{dtype}"] = JetgymLM(model=args.model, dtype=dtype, max_batch_tokens=args.max_batch_tokens)
         methods[f"hf_bs{args.hf_batch_size}_{dtype}"] = HFLM(pretrained=folder, batch_size=args.hf_batch_size,
                                                                dtype=dtype, device="cpu")
@@ -96,7 +96,7 @@ def run_bench(args) -> dict:
 
     out = {"command": " ".join(["jetgym-bench-lm-eval", *sys.argv[1:]]), "machine": platform.processor() or
            platform.machine(), "cpus": os.cpu_count(), "threads": torch.get_num_threads(), "model": args.model,
-           "rounds": args.rounds, "hf_batch_size": args.hf_batch_size, "max_batch_tokens": args.max_batch_tokens,
+           "rounds": args.rounds, "dtypes": list(args.dtypes), "hf_batch_size": args.hf_batch_size, "max_batch_tokens": args.max_batch_tokens,
            "workloads": {}}
     names = list(methods)
     for workload, task, shots, limit in workloads:
@@ -113,7 +113,7 @@ def run_bench(args) -> dict:
         result = {"task": task, "num_fewshot": shots, "limit": limit,
                   "documents": len(last[names[0]]["samples"][task]),
                   "seconds": {name: spread(v) for name, v in seconds.items()}, "agreement": {}}
-        for dtype in DTYPES:
+        for dtype in args.dtypes:
             hf, jet = f"hf_bs{args.hf_batch_size}_{dtype}", f"jetgym_{dtype}"
             result["agreement"][dtype] = agreement(last[hf], last[jet], task)
             result["seconds"][f"speedup_{dtype}"] = {
@@ -144,7 +144,7 @@ def render(r: dict) -> str:
             if not method.startswith("speedup"):
                 lines.append(f"| {method} | {s['median']:.1f} [{s['q1']:.1f}, {s['q3']:.1f}] | {s['first']:.1f} |")
         lines.append("")
-        for dtype in DTYPES:
+        for dtype in r["dtypes"]:
             s, a = w["seconds"][f"speedup_{dtype}"], w["agreement"][dtype]
             metrics = ", ".join(f"{k.split(',')[0]} {v['hf']:.4f}/{v['jetgym']:.4f}" for k, v in a["metrics"].items())
             lines.append(f"- {dtype}: hf / jetgym = **{s['median']:.2f}x** (first pass {s['first']:.2f}x); "
@@ -164,6 +164,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fewshot", type=int, default=5)
     parser.add_argument("--fewshot-limit", type=int, default=57, help="documents of the few-shot workload")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--dtypes", nargs="+", choices=DTYPES, default=list(DTYPES),
+                        help="bfloat16 only where the CPU computes it natively (AVX-512 BF16 / AMX): elsewhere torch "
+                             "emulates it, tens of times slower than float32")
     parser.add_argument("--only", nargs="*", default=None, help="run only these workloads")
     parser.add_argument("--output-dir", default="outputs/bench-lm-eval")
     parser.add_argument("--docs", action="store_true", help="also write docs/benchmarks.md (section lm-eval)")

@@ -24,6 +24,7 @@ from jetgym.questions.sets import subsets_of
 from jetgym.scorers import available_scorers, option_names
 from jetgym.scorers.base import SCORERS, check_options
 from jetgym.scorers.fastjev.options import FastJevOptions
+from jetgym.scorers.placement import cpu_has_native_bf16
 from jetgym.scorers.jet import JetOptions
 from jetgym.scorers.placement import Placement
 from jetgym.scorers.registry import check_choice
@@ -352,6 +353,9 @@ class TrainConfig:
             raise ValueError(f"jetgym-train trains the jet scorer's model: set scorer=jet (got scorer={self.scorer.name})")
         if self.agent.name != "scorer":
             raise ValueError(f"jetgym-train trains the scorer agent: set agent=scorer (got agent={self.agent.name})")
+        if self.train.autocast and self.placement.device == "cpu" and not cpu_has_native_bf16():
+            raise ValueError("train.autocast=true on a CPU without native bf16 (AVX-512 BF16 or AMX): torch emulates "
+                             "bf16 there, tens of times slower than float32; leave train.autocast=false")
         if (self.algorithm == "bc") != bool(self.train.demonstrations):
             raise ValueError("algorithm=bc (behaviour cloning) needs train.demonstrations=PATH, the steps.jsonl of a "
                              "jetgym-episode run, and no other algorithm reads it"

@@ -27,7 +27,7 @@ def test_report_names_every_method_and_speedup():
     a = {"requests": 3, "max_abs_delta": 1e-6, "is_greedy_identical": "3/3", "metrics_identical": True,
          "metrics": {"acc,none": {"hf": 0.5, "jetgym": 0.5}}}
     r = {"command": "jetgym-bench-lm-eval", "cpus": 2, "threads": 2, "model": "m", "hf_batch_size": 8,
-         "max_batch_tokens": 1024, "rounds": 1, "workloads": {"w": {
+         "max_batch_tokens": 1024, "rounds": 1, "dtypes": ["float32", "bfloat16"], "workloads": {"w": {
              "task": "t", "num_fewshot": 5, "limit": 20, "documents": 20, "agreement": {"float32": a, "bfloat16": a},
              "seconds": {"jetgym_float32": seconds, "hf_bs8_float32": seconds, "speedup_float32": {"median": 1.0, "first": 1.0},
                          "speedup_bfloat16": {"median": 3.0, "first": 2.5}}}}}

@@ -369,3 +369,14 @@ def test_learning_benchmark_rebuilds_the_run_env():
     assert dict(config.env.kwargs) == kwargs and config.env.task == "Go." and config.agent.memory == 2
     assert config.scorer.template == "none" and list(config.env.action_texts) == ["a", "b", "c", "d"]
     assert len(set(env_controls(["env=gym", "env.id=FrozenLake-v1"]))) == 4  # the env's own controls, no texts given
+
+
+def test_bf16_autocast_is_refused_on_a_cpu_without_native_bf16(monkeypatch, tmp_path):
+    import jetgym.scripts.config as config
+    from jetgym.scripts.config import compose, to_config
+
+    monkeypatch.setattr(config, "cpu_has_native_bf16", lambda: False)
+    with pytest.raises(ValueError, match="train.autocast=true on a CPU without native bf16 .* leave train.autocast=false"):
+        to_config(compose("train", ["train.autocast=true", f"output_dir={tmp_path}"]))
+    monkeypatch.setattr(config, "cpu_has_native_bf16", lambda: True)
+    assert to_config(compose("train", ["train.autocast=true", f"output_dir={tmp_path}"])).train.autocast

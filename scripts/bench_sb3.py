@@ -1,0 +1,105 @@
+"""`jetgym-bench-sb3`: the sample-efficiency reference for `jetgym-train` PPO: stable-baselines3 PPO with an MLP
+(sb3-contrib MaskablePPO on Taxi, whose action mask the scorer agent also uses) on the same envs, trained for a
+ladder of env-step budgets with several training seeds, each evaluated greedily on held-out seeds 0..N-1.
+
+It answers: how many env steps does a well-kept RL library need on these envs, and how does that compare with
+the env steps `jetgym-train` gets through in its time budget on this CPU (see the `train-*` sections)?
+
+    jetgym-bench-sb3 --docs
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+
+import numpy as np
+
+from jetgym.scripts.benchmarks_doc import write_results
+
+ENVS = {"frozenlake-still": ("FrozenLake-v1", {"is_slippery": False}), "frozenlake": ("FrozenLake-v1", {}),
+        "taxi": ("Taxi-v4", {})}
+
+
+def make(name: str):
+    import gymnasium as gym
+
+    env_id, kwargs = ENVS[name]
+    env = gym.make(env_id, **kwargs)
+    if name == "taxi":
+        from sb3_contrib.common.wrappers import ActionMasker
+
+        env = ActionMasker(env, lambda e: e.unwrapped.action_mask(e.unwrapped.s))
+    return env
+
+
+def train(name: str, steps: int, seed: int):
+    if name == "taxi":
+        from sb3_contrib import MaskablePPO as Algorithm
+    else:
+        from stable_baselines3 import PPO as Algorithm
+    model = Algorithm("MlpPolicy", make(name), seed=seed, verbose=0, device="cpu")
+    return model.learn(total_timesteps=steps)
+
+
+def evaluate(name: str, model, episodes: int) -> list[float]:
+    """Success per held-out seed (FrozenLake: the goal; Taxi: a delivery), greedy actions."""
+    env, wins = make(name), []
+    for seed in range(episodes):
+        observation, _ = env.reset(seed=seed)
+        done, reward = False, 0.0
+        while not done:
+            kwargs = {"action_masks": env.action_masks()} if name == "taxi" else {}
+            action, _ = model.predict(observation, deterministic=True, **kwargs)
+            observation, reward, terminated, truncated, _ = env.step(int(action))
+            done = terminated or truncated
+        wins.append(float(reward > 0 if name != "taxi" else terminated))
+    env.close()
+    return wins
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--budgets", type=int, nargs="+", default=[1024, 4096, 16384, 65536])
+    parser.add_argument("--seeds", type=int, default=3, help="training seeds per budget")
+    parser.add_argument("--episodes", type=int, default=20, help="held-out evaluation seeds 0..N-1")
+    parser.add_argument("--envs", nargs="+", choices=sorted(ENVS), default=sorted(ENVS))
+    parser.add_argument("--output-dir", default="outputs/bench-sb3")
+    parser.add_argument("--docs", action="store_true", help="also write the section train-sb3 of docs/benchmarks.md")
+    args = parser.parse_args(argv)
+    if args.seeds < 1 or args.episodes < 1 or min(args.budgets) < 1:
+        parser.error("--seeds, --episodes and every --budgets value must be >= 1")
+    import torch
+
+    rows, results = [], {"machine": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
+                         "runs": []}
+    for name in args.envs:
+        for steps in args.budgets:
+            rates, seconds = [], []
+            for seed in range(args.seeds):
+                begun = time.perf_counter()
+                model = train(name, steps, seed)
+                seconds.append(time.perf_counter() - begun)
+                wins = evaluate(name, model, args.episodes)
+                rates.append(float(np.mean(wins)))
+                results["runs"].append({"env": name, "env_steps": steps, "seed": seed, "success": wins,
+                                        "train_seconds": round(seconds[-1], 2)})
+                print(f"{name} {steps} seed {seed}: success {rates[-1]:.2f} in {seconds[-1]:.1f} s", flush=True)
+            rows.append(f"| {ENVS[name][0]} {ENVS[name][1] or ''} | {steps} | "
+                        + ", ".join(f"{r:.2f}" for r in rates)
+                        + f" | {np.mean(rates):.2f} | {np.median(seconds):.1f} |")
+    body = ["## train-sb3", "",
+            f"Command: `jetgym-bench-sb3 --budgets {' '.join(map(str, args.budgets))} --seeds {args.seeds} --episodes "
+            f"{args.episodes}`. stable-baselines3 PPO, MLP policy, its default hyperparameters (sb3-contrib MaskablePPO "
+            f"on Taxi with the env's action mask, as the scorer agent's candidates use it); {torch.get_num_threads()} "
+            f"threads. Each budget trains {args.seeds} seeds from scratch; each trained policy plays held-out seeds "
+            f"0..{args.episodes - 1} greedily. Success: FrozenLake goal, Taxi delivery.", "",
+            "| env | env steps | held-out success per training seed | mean | train seconds (median) |",
+            "|---|---|---|---|---|", *rows]
+    write_results(args.output_dir, "train_sb3", results, "\n".join(body), docs=args.docs)
+    print("\n".join(body))
+
+
+if __name__ == "__main__":
+    main()
