@@ -45,7 +45,7 @@ Report = Callable[[Sequence[Any], list[dict], Path], None]
 def run_qa(questions: Sequence[Any], scorer: Any, output_dir: str | os.PathLike, *, chunk_size: int = 16,
            pipeline: bool = True, on_error: str = "stop", settings: dict | None = None, about: dict | None = None,
            reports: Sequence[Report] = (), started: float | None = None, gpu: bool = False,
-           rank_timeout_s: float = 1800.0, quiet: bool = False) -> dict:
+           rank_timeout_s: float = 1800.0, quiet: bool = False, allow_single_choice: bool = False) -> dict:
     """Score every question into `output_dir` and return the summary (what `summary.json` holds).
 
     questions: `Question`s with distinct string ids (the resumption key). scorer: a built scorer (anything
@@ -60,6 +60,8 @@ def run_qa(questions: Sequence[Any], scorer: Any, output_dir: str | os.PathLike,
     about: extra summary fields (e.g. `model`, `placement`, `dataset` = {name, subset, ...}). reports:
     functions `(questions, responses, folder)` that write further reports after the summary. started:
     `time.monotonic()` at which the run's wall time starts (default: now). quiet: no progress bar.
+    allow_single_choice: score questions with a single distinct candidate text (always chosen, so always graded
+    correct); refused by default.
 
     Under torchrun (WORLD_SIZE > 1) rank R scores the chunks k with k % WORLD_SIZE == R into its own
     `responses.rank-R-of-N.jsonl` (resumed on its own); after every rank is done, rank 0 merges them into
@@ -75,6 +77,8 @@ def run_qa(questions: Sequence[Any], scorer: Any, output_dir: str | os.PathLike,
         raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
     questions = list(questions)
     _check_ids(questions)
+    if not allow_single_choice:
+        _refuse_single_choice(questions)
     ranks = ranks_.current()
     out = make_folder(output_dir)
     try:
@@ -96,6 +100,16 @@ def _check_ids(questions: list) -> None:
         if question.id in seen:
             raise ValueError(f"questions[{index}] repeats the id {question.id!r}: ids must be distinct")
         seen.add(question.id)
+
+
+def _refuse_single_choice(questions: list) -> None:
+    """A question with one distinct candidate text cannot be answered wrong: it would inflate accuracy."""
+    for question in questions:
+        candidates = getattr(question, "candidates", None)
+        if candidates is not None and len(set(candidates)) < 2:
+            raise ValueError(f"{where(question)} has a single choice {candidates[0]!r}: it is always chosen, so always "
+                             f"graded correct; give it at least two different choices, or set allow_single_choice=true "
+                             f"to score it anyway")
 
 
 def _is_factory(scorer: Any) -> bool:

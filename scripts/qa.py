@@ -28,9 +28,9 @@ from jetgym.scripts.config import CONFIG_PATH, QAConfig, build_scorer, to_config
 
 def run_settings(config: QAConfig) -> dict:
     """What must not change between a run and its resumption: all but output_dir, pipeline, record, on_error,
-    rank_timeout_s and dataset.limit (`run_qa` adds the number of ranks)."""
+    rank_timeout_s, allow_single_choice and dataset.limit (`run_qa` adds the number of ranks)."""
     settings = asdict(config)
-    for key in ("output_dir", "pipeline", "record", "on_error", "rank_timeout_s"):
+    for key in ("output_dir", "pipeline", "record", "on_error", "rank_timeout_s", "allow_single_choice"):
         settings.pop(key, None)
     settings["dataset"].pop("limit")
     return settings
@@ -55,7 +55,8 @@ def run_qa(cfg: Any, output_dir: str | os.PathLike | None = None, started: float
         questions, lambda: build_scorer(config), out, chunk_size=config.chunk_size, pipeline=config.pipeline,
         on_error=config.on_error, settings=run_settings(config), reports=reports, started=started,
         about={"model": config.model.spec, "placement": asdict(config.placement), "dataset": asdict(config.dataset)},
-        gpu=config.placement.device == "cuda", rank_timeout_s=config.rank_timeout_s)
+        gpu=config.placement.device == "cuda", rank_timeout_s=config.rank_timeout_s,
+        allow_single_choice=config.allow_single_choice)
     if "accuracy" not in summary:  # a data-parallel rank other than 0
         return summary
     if config.record:
