@@ -45,7 +45,8 @@ Report = Callable[[Sequence[Any], list[dict], Path], None]
 def run_qa(questions: Sequence[Any], scorer: Any, output_dir: str | os.PathLike, *, chunk_size: int = 16,
            pipeline: bool = True, on_error: str = "stop", settings: dict | None = None, about: dict | None = None,
            reports: Sequence[Report] = (), started: float | None = None, gpu: bool = False,
-           rank_timeout_s: float = 1800.0, quiet: bool = False, allow_single_choice: bool = False) -> dict:
+           rank_timeout_s: float = 1800.0, quiet: bool = False, allow_single_choice: bool = False,
+           on_start: Callable[[Path], None] | None = None) -> dict:
     """Score every question into `output_dir` and return the summary (what `summary.json` holds).
 
     questions: `Question`s with distinct string ids (the resumption key). scorer: a built scorer (anything
@@ -61,7 +62,8 @@ def run_qa(questions: Sequence[Any], scorer: Any, output_dir: str | os.PathLike,
     functions `(questions, responses, folder)` that write further reports after the summary. started:
     `time.monotonic()` at which the run's wall time starts (default: now). quiet: no progress bar.
     allow_single_choice: score questions with a single distinct candidate text (always chosen, so always graded
-    correct); refused by default.
+    correct); refused by default. on_start: called (rank 0) with the folder once it is locked and checked and
+    the scorer is built, before any response is written (the console job writes `.hydra/` then).
 
     Under torchrun (WORLD_SIZE > 1) rank R scores the chunks k with k % WORLD_SIZE == R into its own
     `responses.rank-R-of-N.jsonl` (resumed on its own); after every rank is done, rank 0 merges them into
@@ -84,7 +86,7 @@ def run_qa(questions: Sequence[Any], scorer: Any, output_dir: str | os.PathLike,
     try:
         with folder_lock(out, "jetgym-qa", ranks.suffix(LOCK)):
             return _run(questions, scorer, out, chunk_size, pipeline, on_error, settings, about or {}, reports,
-                        started, gpu, rank_timeout_s, quiet, ranks)
+                        started, gpu, rank_timeout_s, quiet, ranks, on_start)
     finally:
         ranks_.finish(ranks)
 
@@ -118,7 +120,7 @@ def _is_factory(scorer: Any) -> bool:
 
 def _run(questions: list, scorer: Any, out: Path, size: int, pipeline: bool, on_error: str, settings: dict | None,
          about: dict, reports: Sequence[Report], started: float, gpu: bool, rank_timeout_s: float, quiet: bool,
-         ranks: ranks_.Ranks) -> dict:
+         ranks: ranks_.Ranks, on_start: Callable[[Path], None] | None = None) -> dict:
     if settings is None:
         scorer = scorer() if _is_factory(scorer) else scorer
         settings = {"scorer": scorer.describe()}
@@ -146,6 +148,8 @@ def _run(questions: list, scorer: Any, out: Path, size: int, pipeline: bool, on_
     scorer = scorer() if _is_factory(scorer) else scorer
     if ranks.rank == 0 and not (out / RUN).exists():
         write_json(out / RUN, settings, what="run.json")  # the run can start
+    if ranks.rank == 0 and on_start is not None:
+        on_start(out)
     begun = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     counts = {"requests": 0, "skipped": 0}
     resumed = len(done) > 0
