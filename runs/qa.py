@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from tqdm import tqdm
 
+from jetgym.runs import identity
 from jetgym.runs import ranks as ranks_
 from jetgym.runs.folder import (LOCK, append_jsonl, check_settings, folder_lock, make_folder, read_jsonl,
                                 write_json, write_text)
@@ -131,12 +132,16 @@ def _run(questions: list, scorer: Any, out: Path, size: int, pipeline: bool, on_
     ids = {q.id for q in questions}
     responses_file, runs_file = out / ranks.suffix(RESPONSES), out / ranks.suffix(RUNS)
     done = read_responses(responses_file)
+    if done and ranks.rank == 0 and not (out / RUN).exists():
+        raise ValueError(f"{out} holds {responses_file.name} but no {RUN}: the settings its responses were scored "
+                         f"with are unknown, so the run cannot resume; restore {RUN} or use a fresh output_dir")
     unknown = [i for i in done if i not in ids]
     if unknown:
         raise ValueError(
             f"{responses_file} holds {len(unknown)} responses for questions outside this question set "
             f"(e.g. {unknown[0]!r}); use a fresh output_dir"
         )
+    identity.check_unchanged(responses_file, done, questions)
     skipped_before = {i for i, row in done.items() if row.get("skipped")}
     # fixed chunks of the set; a chunk with a missing row is scored whole (less the questions skipped before)
     fixed = [questions[at : at + size] for at in range(0, len(questions), size)]
@@ -277,7 +282,8 @@ def settle(scorer, chunk: list, error: BaseException, on_error: str) -> tuple[li
 
 def skipped_row(question, reason: str) -> dict:
     """The response row of a question skipped with `on_error=skip`."""
-    return {"id": question.id, "skipped": reason, "source": question.source}
+    return {"id": question.id, "skipped": reason, "source": question.source,
+            identity.FIELD: identity.fingerprint(question)}
 
 
 def response_row(question, decision) -> dict:
@@ -287,19 +293,38 @@ def response_row(question, decision) -> dict:
     row = decision.to_dict()
     if row["id"] != question.id:
         raise RuntimeError(f"scorer returned a decision for {row['id']!r} in place of {question.id!r}")
+    row[identity.FIELD] = identity.fingerprint(question)
     return row
 
 
 def read_responses(path: Path) -> dict[str, dict]:
-    """Responses already written, by id (`read_jsonl`: a torn last line is cut off and not counted)."""
+    """Responses already written, by id (`read_jsonl`: a torn last line is cut off and not counted). A last row
+    that parses but is incomplete (e.g. a hand-cut `{"id": "q9"}`) is cut off too, so its question is scored
+    again; an incomplete row before the end is an error naming its line."""
     responses: dict[str, dict] = {}
-    for line_no, row in enumerate(read_jsonl(path, what="response"), 1):
+    rows = read_jsonl(path, what="response")
+    if rows and identity.missing_fields(rows[-1]):
+        _cut_last_line(path)
+        rows.pop()
+    for line_no, row in enumerate(rows, 1):
         if not isinstance(row.get("id"), str):
             raise ValueError(f"{path}:{line_no}: a response must be a JSON object with a string 'id'")
+        missing = identity.missing_fields(row)
+        if missing:
+            raise ValueError(f"{path}:{line_no}: the response to {row['id']!r} is incomplete (it lacks "
+                             f"{', '.join(missing)}); delete that line to score the question again, or use a fresh "
+                             f"output_dir")
         if row["id"] in responses:
             raise ValueError(f"{path}:{line_no}: duplicate response for {row['id']!r}")
         responses[row["id"]] = row
     return responses
+
+
+def _cut_last_line(path: Path) -> None:
+    """Cut the file's last non-blank line (an incomplete row) off."""
+    data = path.read_bytes().rstrip()
+    with open(path, "r+b") as file:
+        file.truncate(data.rfind(b"\n") + 1)
 
 
 def read_runs(path: Path) -> list[dict]:
