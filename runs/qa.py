@@ -158,6 +158,7 @@ def _run(questions: list, scorer: Any, out: Path, size: int, pipeline: bool, on_
     begun = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     counts = {"requests": 0, "skipped": 0}
     resumed = len(done) > 0
+    written_before = set(done)
 
     def record(**extra) -> None:
         wall = time.monotonic() - started
@@ -186,6 +187,7 @@ def _run(questions: list, scorer: Any, out: Path, size: int, pipeline: bool, on_
                 counts["skipped"] += sum(bool(row.get("skipped")) for row in rows)
                 bar.update(len(rows))
     except BaseException as error:  # a failed run's record keeps the work it did (a killed one has none)
+        _count_written(responses_file, written_before, counts)  # an interrupt may land between a write and its count
         record(error=f"{type(error).__name__}: {error}")
         raise
     record()
@@ -318,6 +320,16 @@ def read_responses(path: Path) -> dict[str, dict]:
             raise ValueError(f"{path}:{line_no}: duplicate response for {row['id']!r}")
         responses[row["id"]] = row
     return responses
+
+
+def _count_written(path: Path, before: set, counts: dict) -> None:
+    """Set the counts of a stopped run from the rows its responses file holds (beyond the ids `before`)."""
+    try:
+        rows = [row for row in read_jsonl(path, what="response") if row.get("id") not in before]
+    except (OSError, ValueError):
+        return
+    counts["requests"] = sum(not row.get("skipped") for row in rows)
+    counts["skipped"] = sum(bool(row.get("skipped")) for row in rows)
 
 
 def _cut_last_line(path: Path) -> None:

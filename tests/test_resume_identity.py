@@ -136,3 +136,21 @@ def test_the_fingerprint_reads_content_not_id_or_source():
     pictured = identity.fingerprint(Question(context="q", candidates=["a", "b"], images=[image]))
     image[0, 0, 0] = 1
     assert identity.fingerprint(Question(context="q", candidates=["a", "b"], images=[image]))["context"] != pictured["context"]
+
+
+def test_an_interrupted_runs_record_counts_every_row_it_wrote(tmp_path, fake_scorer, monkeypatch):
+    questions = load_jsonl(write_set(tmp_path / "set.jsonl", rows()))
+    real, appended = runner.append_jsonl, []
+
+    def interrupted_after_the_second_chunk(path, batch, **options):
+        real(path, batch, **options)
+        appended.append(path)
+        if sum(p.name == "responses.jsonl" for p in appended) == 2:
+            raise KeyboardInterrupt  # after the write, before the run counts it (SIGINT lands anywhere)
+
+    monkeypatch.setattr(runner, "append_jsonl", interrupted_after_the_second_chunk)
+    with pytest.raises(KeyboardInterrupt):
+        run(questions, tmp_path / "out")
+    record = runner.read_runs(tmp_path / "out" / "runs.jsonl")[-1]
+    assert record["requests"] == 4 == len((tmp_path / "out" / "responses.jsonl").read_text().splitlines())
+    assert record["error"] == "KeyboardInterrupt: "
