@@ -27,8 +27,8 @@ from tqdm import tqdm
 
 from jetgym.runs import identity
 from jetgym.runs import ranks as ranks_
-from jetgym.runs.folder import (LOCK, append_jsonl, check_settings, folder_lock, make_folder, read_jsonl,
-                                write_json, write_text)
+from jetgym.runs.folder import (LOCK, append_jsonl, atomic_file, check_settings, folder_lock, make_folder,
+                                read_jsonl, write_json, write_text)
 
 RESPONSES = "responses.jsonl"
 SUMMARY = "summary.json"
@@ -198,13 +198,18 @@ def _run(questions: list, scorer: Any, out: Path, size: int, pipeline: bool, on_
         ranks_.merge_jsonl(out, RESPONSES, ranks.world_size, [q.id for q in questions], key="id")
         done = read_responses(out / RESPONSES)
 
-    from jetgym.questions.metrics import calibration_summary
+    from jetgym.questions.metrics import RELIABILITY_PNG, calibration_summary, plot_reliability, reliability_curves
 
     responses = [done[q.id] for q in questions]
     runs = {r: read_jsonl(path, what="run record")
             for r, path in enumerate(ranks_.rank_files(out, RUNS, ranks.world_size))}
     summary = summarize(responses, scorer.describe(), runs, about)
-    summary["calibration"] = calibration_summary(responses, out, getattr(getattr(scorer, "options", None), "temperature", None))
+    calibration = calibration_summary(responses, None, getattr(getattr(scorer, "options", None), "temperature", None))
+    if calibration is not None:
+        with atomic_file(out / RELIABILITY_PNG) as partial:
+            plot_reliability(reliability_curves(calibration), partial)
+        calibration["diagram"] = RELIABILITY_PNG
+    summary["calibration"] = calibration
     write_json(out / SUMMARY, summary, what="the summary")
     write_text(out / REPORT, render_report(summary))
     for report in reports:

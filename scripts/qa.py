@@ -50,8 +50,10 @@ def run_qa(cfg: Any, output_dir: str | os.PathLike | None = None, started: float
     reports = []
     if config.dataset.name == "libero":  # per-type accuracy, baselines, episode-bootstrap intervals, examples
         from jetgym.questions.libero_report import write_libero_report
+        from jetgym.runs.folder import atomic_file
 
-        reports.append(lambda qs, responses, folder: write_libero_report(qs, responses, folder, path=config.dataset.path))
+        reports.append(lambda qs, responses, folder: write_libero_report(qs, responses, folder, path=config.dataset.path,
+                                                                         atomic=atomic_file))
     summary = runner.run_qa(
         questions, lambda: build_scorer(config), out, chunk_size=config.chunk_size, pipeline=config.pipeline,
         on_error=config.on_error, settings=run_settings(config), reports=reports, started=started,
