@@ -136,3 +136,30 @@ def test_decide_many_names_the_bad_question_of_a_batch():
     with pytest.raises(ValueError, match=r"questions\[1\] \(id 'picture'\): model 'smollm2-135m-instruct' cannot score "
                                          r"images"):
         scorer.decide_many(batch)
+
+
+def taxi_config(out, *overrides):
+    return compose("episode", ["env=taxi", "agent=scorer", "scorer.name=fake", "video=false", "episodes=1",
+                               "+env.kwargs.max_episode_steps=12", f"output_dir={out}", *overrides])
+
+
+def test_a_worked_example_is_checked_against_the_full_action_set_not_one_steps_mask(tmp_path, fake_scorer):
+    """Taxi's mask removes `drop off the passenger` at most steps; an example playing it is still valid."""
+    from jetgym.scripts.episode import run_episodes
+
+    example = "env.examples=[[You are at the start.,drop off the passenger]]"
+    summary = run_episodes(taxi_config(tmp_path / "out", example), quiet=True)
+    steps = (tmp_path / "out" / "steps.jsonl").read_text().splitlines()
+    assert summary["episodes"] == 1 and len(steps) == 12
+    masked = [line for line in steps if "5" not in json.loads(line)["probs"]]  # label 5: drop off the passenger
+    assert masked  # steps where the example's control was not a candidate were played, not refused
+
+
+def test_a_worked_example_with_a_control_the_env_lacks_is_refused_before_any_step(tmp_path, fake_scorer):
+    from jetgym.scripts.episode import run_episodes
+
+    with pytest.raises(ValueError, match=r"env.examples\[0\]: the control 'fly away' \(for 'start'\) is not one of "
+                                         r"Taxi-v4's controls \(move south, move north, move east, move west, pick up "
+                                         r"the passenger, drop off the passenger\); write one of them"):
+        run_episodes(taxi_config(tmp_path / "out", "env.examples=[[start,fly away]]"), quiet=True)
+    assert not (tmp_path / "out" / "steps.jsonl").exists()
