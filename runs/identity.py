@@ -61,7 +61,7 @@ def missing_fields(row: dict) -> list[str]:
 def _from_row_order(question: Any) -> bool:
     """Whether the id looks derived from the row's position (`{file stem}-{index}`, the JSONL loader's default)."""
     source = getattr(question, "source", None) or ""
-    stem = Path(source.rsplit(":", 1)[0]).stem if ":" in source else None
+    stem = Path(source.rsplit(":", 1)[0]).stem if ":" in source else ""
     return bool(stem) and re.fullmatch(rf"{re.escape(stem)}-\d+", question.id or "") is not None
 
 

@@ -25,6 +25,7 @@ from hydra.core.hydra_config import HydraConfig
 from jetgym.questions import metrics as M
 from jetgym.runs.folder import atomic_file, write_json, write_text
 from jetgym.runs.qa import read_responses, run_qa
+from jetgym.scripts.cli import user_errors
 from jetgym.scripts.config import CONFIG_PATH, ModelConfig, PlacementConfig, ScorerConfig, build_scorer, to_config
 
 RESPONSES = "responses.jsonl"
@@ -130,10 +131,11 @@ def render_report(result: dict) -> str:
 
 @hydra.main(config_path=CONFIG_PATH, config_name="calibrate_probs", version_base=None)
 def main(cfg) -> None:
-    """Console entry: `jetgym-calibrate-probs key=value ...`."""
-    config = to_config(cfg)
-    out = Path(config.output_dir or HydraConfig.get().runtime.output_dir)
-    result = calibrate_probs(config, out)
+    """Console entry: `jetgym-calibrate-probs key=value ...`; a user error is one line (`jetgym.scripts.cli`)."""
+    with user_errors("jetgym-calibrate-probs"):
+        config = to_config(cfg)
+        out = Path(config.output_dir or HydraConfig.get().runtime.output_dir)
+        result = calibrate_probs(config, out)
     print(f"temperature {result['temperature']:.4f}; results in {out.resolve()}")
 
 
