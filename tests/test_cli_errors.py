@@ -201,3 +201,19 @@ def test_truncated_model_weights_are_named(tmp_path, embedded_folder, keep):
         load_model(str(folder))
     assert str(caught.value).startswith(f"model weights {folder / 'model.safetensors'} cannot be read (")
     assert str(caught.value).endswith("bytes): the file is truncated or corrupt; copy or save it again")
+
+
+def test_a_refused_episode_run_leaves_the_folders_hydra_record_as_it_was(tmp_path):
+    out = tmp_path / "out"
+    args = ["env=taxi", "agent=random", "video=false", "+env.kwargs.max_episode_steps=5", f"output_dir={out}"]
+    first = job("episode", *args)
+    assert first.returncode == 0, first.stderr
+    record = hydra_files(out)
+    assert b"agent=random" in record["overrides.yaml"]
+    steps = (out / "steps.jsonl").read_bytes()
+    again = job("episode", *args[:-1], "seed=7", f"output_dir={out}")
+    assert again.returncode == 2
+    assert only_line(again) == (f"jetgym-episode: {out} already holds episode results (steps.jsonl, episodes.jsonl, "
+                                f"timings.jsonl, summary.json, ... (5 files)); choose a new output_dir (nothing was "
+                                f"overwritten)")
+    assert hydra_files(out) == record and (out / "steps.jsonl").read_bytes() == steps
