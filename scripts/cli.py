@@ -111,6 +111,8 @@ def check_output_dir_argument(args: list[str], job: str) -> None:
     command with one line naming output_dir. Values with interpolations (`${...}`) are left to Hydra."""
     with user_errors(job):
         given = [o for o in _parse(args) if o.key_or_group.lstrip("+") == "output_dir" and not o.is_delete()]
+        if given and given[-1].is_sweep_override():
+            return  # `-m output_dir=a,b`: each job's folder is Hydra's to make
         value = given[-1].value() if given else None
         if given and (value is None or not str(value).strip()):
             shown = "null" if value is None else "empty"

@@ -217,3 +217,9 @@ def test_a_refused_episode_run_leaves_the_folders_hydra_record_as_it_was(tmp_pat
                                 f"timings.jsonl, summary.json, ... (5 files)); choose a new output_dir (nothing was "
                                 f"overwritten)")
     assert hydra_files(out) == record and (out / "steps.jsonl").read_bytes() == steps
+
+
+def test_a_swept_output_dir_is_left_to_hydra(tmp_path):
+    check_output_dir_argument(["-m", f"output_dir={tmp_path / 'a'},{tmp_path / 'b'}"], "jetgym-qa")
+    check_output_dir_argument(["output_dir=outputs/${now:%H}"], "jetgym-qa")  # interpolations too
+    assert list(tmp_path.iterdir()) == []
