@@ -50,14 +50,20 @@ def check_examples(examples) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+def check_example_controls(examples: Sequence[tuple[str, str]], controls: Sequence[str], env_name: str) -> None:
+    """Refuse a worked example whose control is none of the env's controls (its full action set, never one step's
+    masked candidates), naming the example and the controls."""
+    for i, (observed, control) in enumerate(examples):
+        if control not in controls:
+            raise ValueError(f"env.examples[{i}]: the control {control!r} (for {observed!r}) is not one of {env_name}'s "
+                             f"controls ({', '.join(controls)}); write one of them")
+
+
 def question_messages(task: str, observation: str, recent: Sequence[str], candidates: Sequence[str],
                       examples: Sequence[tuple[str, str]], memory: int) -> list[dict]:
     """The chat of one decision with worked examples (see the module notes); recent actions join the last
-    user turn when `memory` > 0. An example whose control is not a candidate here is an error naming it."""
-    for observed, control in examples:
-        if control not in candidates:
-            raise ValueError(f"the example control {control!r} (for {observed!r}) is not a candidate text here; "
-                             f"candidates: {', '.join(candidates)}")
+    user turn when `memory` > 0. An example's control need not be admissible at this step (a mask may remove it
+    here): it is checked once against the env's full action set (`check_example_controls`)."""
     system = "\n".join(line for line in (task.strip(), "Controls: " + ", ".join(candidates) + ".", QUESTION) if line)
     messages = [{"role": "system", "content": system}]
     for observed, control in examples:

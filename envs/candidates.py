@@ -91,6 +91,12 @@ def action_texts(env: gym.Env, n: int, texts: Sequence[str] | None = None,
                          f"env.action_texts (texts= in Python) needs exactly {n} texts, one per action in order")
     if len(labels) != n:
         raise ValueError(f"{len(labels)} candidate labels for {n} actions")
+    for what, values in (("texts", texts), ("labels", labels)):
+        repeated = sorted({value for value in values if values.count(value) > 1})
+        if repeated:
+            raise ValueError(f"the {n} action {what} of {_name(env)} must be distinct, but {repeated[0]!r} is given "
+                             f"{values.count(repeated[0])} times in {values}: give each action its own text "
+                             f"(env.action_texts, texts= in Python)")
     return texts, labels
 
 

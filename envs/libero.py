@@ -175,7 +175,12 @@ def _read_file(file_path: Path, frames, max_frames: int) -> list[LiberoEpisode]:
     import h5py
 
     episodes = []
-    with h5py.File(file_path, "r") as file:
+    try:
+        file = h5py.File(file_path, "r")
+    except OSError as error:  # h5py's message names no file ("file signature not found")
+        raise LiberoFormatError(f"{file_path}: not a readable HDF5 file ({str(error).splitlines()[0]}); a LIBERO set "
+                                f"is a demonstrations .hdf5 file (or a folder of them): check dataset.path") from None
+    with file:
         if "data" not in file:
             raise LiberoFormatError(f"{file_path}: no 'data' group (not the LIBERO layout)")
         data = file["data"]

@@ -16,12 +16,13 @@ Intervals: `episode_bootstrap` with 2,000 samples, seed 0, resampling whole epis
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, ContextManager, Iterator, Sequence
 
 import numpy as np
 
@@ -145,7 +146,13 @@ def _frame_views(question, path: str | None):
     return None
 
 
-def _example_frames(questions: Sequence, rows: dict, out_dir: Path, count: int, path: str | None = None) -> list[str]:
+@contextlib.contextmanager
+def _in_place(path: Path) -> Iterator[Path]:
+    yield path
+
+
+def _example_frames(questions: Sequence, rows: dict, out_dir: Path, count: int, path: str | None = None,
+                    atomic: Callable[[Path], ContextManager[Path]] = _in_place) -> list[str]:
     """Markdown of `count` example frames (first frame of the first episodes): views + questions + answers."""
     from PIL import Image
 
@@ -171,7 +178,8 @@ def _example_frames(questions: Sequence, rows: dict, out_dir: Path, count: int, 
             lines.append(f"Instruction: {instruction.group(1)}\n")
         views = _frame_views(items[0], path)
         if views is not None:
-            Image.fromarray(np.concatenate(views, axis=1)).save(folder / name)
+            with atomic(folder / name) as target:
+                Image.fromarray(np.concatenate(views, axis=1)).save(target, format="PNG")
             lines.append(f"![front and wrist views]({EXAMPLES}/{name})\n")
         described = re.findall(r"^(Front camera.*|Wrist camera.*)$", str(items[0].context), re.M)
         lines.extend(f"> {v}\n" for v in described)
@@ -205,19 +213,25 @@ def render_markdown(summary: dict, example_lines: list[str]) -> str:
 
 
 def write_libero_report(questions: Sequence, responses: Sequence[dict], out_dir, examples: int = 2,
-                        path: str | None = None) -> dict:
+                        path: str | None = None, atomic: Callable[[Path], ContextManager[Path]] | None = None) -> dict:
     """Write the LIBERO summary, chart, example frames and report section into `out_dir`; return the summary.
-    path: the LIBERO file the questions came from (default: the shipped set), read for the example views."""
+    path: the LIBERO file the questions came from (default: the shipped set), read for the example views.
+    atomic: `path -> context manager giving the path to write` (a run folder's `jetgym.runs.folder.atomic_file`:
+    each file is written under a temporary name and renamed; default: written in place)."""
+    atomic = atomic or _in_place
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = _by_id(responses)
     summary = libero_summary(questions, responses)
-    (out / SUMMARY).write_text(json.dumps(summary, sort_keys=True, indent=2) + "\n", encoding="utf-8")
-    plot_by_type(summary, out / CHART)
-    section = render_markdown(summary, _example_frames(questions, rows, out, examples, path))
+    with atomic(out / SUMMARY) as target:
+        target.write_text(json.dumps(summary, sort_keys=True, indent=2) + "\n", encoding="utf-8")
+    with atomic(out / CHART) as target:
+        plot_by_type(summary, target)
+    section = render_markdown(summary, _example_frames(questions, rows, out, examples, path, atomic))
     report = out / REPORT
     text = report.read_text(encoding="utf-8") if report.exists() else ""
     if MARK in text:
         text = text[: text.index(MARK)]
-    report.write_text((text.rstrip() + "\n\n" if text.strip() else "") + section, encoding="utf-8")
+    with atomic(report) as target:
+        target.write_text((text.rstrip() + "\n\n" if text.strip() else "") + section, encoding="utf-8")
     return summary

@@ -185,6 +185,11 @@ def calibration_summary(responses: Sequence[dict], out_dir: str | Path | None = 
     if temperature != 1.0:
         summary["after"] = metrics(scores, gold, temperature, bins)
     if out_dir is not None:
-        curves = {"uncalibrated": summary["before"], **({"temperature-scaled": summary["after"]} if "after" in summary else {})}
-        summary["diagram"] = plot_reliability(curves, Path(out_dir) / RELIABILITY_PNG).name
+        summary["diagram"] = plot_reliability(reliability_curves(summary), Path(out_dir) / RELIABILITY_PNG).name
     return summary
+
+
+def reliability_curves(calibration: dict) -> dict[str, dict]:
+    """The curves of a calibration block's reliability diagram (`plot_reliability`): before and, if any, after."""
+    return {"uncalibrated": calibration["before"],
+            **({"temperature-scaled": calibration["after"]} if "after" in calibration else {})}

@@ -9,6 +9,7 @@ Question and answer texts are stripped of surrounding whitespace first.
 
 from __future__ import annotations
 
+import difflib
 import importlib.metadata
 import json
 import string
@@ -157,8 +158,8 @@ def load_jsonl(path: str | None = None, subset: str = "all", limit: int | None =
 
         {"question": str, "choices": [str, ...], "answer": int index | str choice text, "id": optional}
 
-    Blank lines are skipped. Ids default to `{file stem}-{row index}`. Bad rows raise QuestionSetError
-    naming file:line.
+    Blank lines are skipped. Ids default to `{file stem}-{row index}`. Bad rows (a missing, unknown or repeated
+    key included) raise QuestionSetError naming file:line.
     """
     if not path:
         raise ValueError("question set 'jsonl' needs a path (dataset.path=/path/to/questions.jsonl)")
@@ -177,9 +178,26 @@ def load_jsonl(path: str | None = None, subset: str = "all", limit: int | None =
     return _apply_limit(questions, limit)
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json's object_pairs_hook: a key given twice in one object is refused (json.loads keeps the last one)."""
+    row: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in row:
+            raise _DuplicateKey(key)
+        row[key] = value
+    return row
+
+
 def _parse_row(line: str, file: Path, line_no: int) -> dict[str, Any]:
     try:
-        row = json.loads(line)
+        row = json.loads(line, object_pairs_hook=_refuse_duplicates)
+    except _DuplicateKey as key:
+        raise QuestionSetError(f"{file}:{line_no}: the key {str(key)!r} appears twice in one object (JSON readers "
+                               f"keep only the last); keep one") from None
     except json.JSONDecodeError as error:
         raise QuestionSetError(f"{file}:{line_no}: not valid JSON ({error.msg})") from None
     if not isinstance(row, dict):
@@ -187,7 +205,16 @@ def _parse_row(line: str, file: Path, line_no: int) -> dict[str, Any]:
     return row
 
 
+JSONL_KEYS = ("question", "choices", "answer", "id")
+
+
 def _jsonl_question(row: dict[str, Any], default_id: str, where: str) -> Question:
+    for key in row:
+        if key not in JSONL_KEYS:
+            close = difflib.get_close_matches(key, JSONL_KEYS, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise QuestionSetError(f"{where}: unknown key {key!r}; {hint}a question row has the keys "
+                                   f"{', '.join(JSONL_KEYS)}")
     for key in ("question", "choices", "answer"):
         if key not in row:
             raise QuestionSetError(f"{where}: missing field {key!r}")

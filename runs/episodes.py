@@ -36,7 +36,7 @@ VideoWriter = Callable[[Sequence[Any], Path, float], Path]
 def run_episodes(env: Any, agent: Any, output_dir: str | os.PathLike, *, episodes: int = 1, seed: int = 0,
                  video: bool = True, write_video: VideoWriter | None = None, about: dict | None = None,
                  settings: dict | None = None, gpu: bool = False, rank_timeout_s: float = 1800.0,
-                 quiet: bool = False) -> dict:
+                 quiet: bool = False, on_start: Callable[[Path], None] | None = None) -> dict:
     """Play `episodes` episodes (seeds seed, seed+1, ...) into `output_dir`; return the summary.
 
     env: a Gymnasium env (or vector env) whose `info["candidates"]` holds the candidate set
@@ -47,6 +47,8 @@ def run_episodes(env: Any, agent: Any, output_dir: str | os.PathLike, *, episode
     summary fields over the defaults (`env` = {id, kwargs}, `agent` = {name}, the agent's `scorer.describe()`
     and model). settings:
     what every rank must agree on under torchrun (default: episodes and seed). gpu: join the ranks with nccl.
+    on_start: called (rank 0) with the folder once it is locked and checked and the env and agent are built,
+    before the first step (the console job writes `.hydra/` then).
 
     A folder that already holds episode results (logs, summary, report or GIFs) is refused, and so is a folder
     another run is writing into (a lock): nothing is deleted or mixed."""
@@ -60,14 +62,14 @@ def run_episodes(env: Any, agent: Any, output_dir: str | os.PathLike, *, episode
         with folder_lock(out, "jetgym-episode", ranks.suffix(LOCK)):
             refuse_results(out, RESULTS, what="episode results")
             return _play(env, agent, out, episodes, seed, video, write_video, about, settings, gpu,
-                         rank_timeout_s, quiet, ranks)
+                         rank_timeout_s, quiet, ranks, on_start)
     finally:
         ranks_.finish(ranks)
 
 
 def _play(env: Any, agent: Any, out: Path, episodes: int, seed: int, video: bool, write_video: VideoWriter | None,
           about: dict | None, settings: dict | None, gpu: bool, rank_timeout_s: float, quiet: bool,
-          ranks: ranks_.Ranks) -> dict:
+          ranks: ranks_.Ranks, on_start: Callable[[Path], None] | None = None) -> dict:
     """Under torchrun, rank R plays the episodes n with n % WORLD_SIZE == R (seed + n, as one process would) into
     its own files; rank 0 merges them in episode order once every rank is done."""
     from jetgym.agents import rollout
@@ -111,6 +113,8 @@ def _play(env: Any, agent: Any, out: Path, episodes: int, seed: int, video: bool
             append_jsonl(timings_file, [timing], what=f"the timing of episode {episode['episode']}", sync=False)
 
         agent = agent if hasattr(agent, "act") else agent(env)
+        if ranks.rank == 0 and on_start is not None:
+            on_start(out)
         played = rollout(env, agent, episodes, seed, on_step, on_end, progress=not quiet, numbers=numbers)
         described = {**_about(env, agent), **(about or {})}
     finally:

@@ -9,7 +9,10 @@ Every job (QA, episodes, training) uses these, and nothing else, to touch its re
   naming `what` and the key path of the bad number).
 - `write_json(path, value, *, indent=2, what="a result") -> Path` and `write_text(path, text) -> Path`: atomic
   writes (a temporary file in the same folder, fsync, rename): a reader sees the old file or the new one,
-  never a part.
+  never a part. `atomic_file(path)`: the same for writers that take a path (plots, GIFs, images).
+- A write that runs out of space raises `DiskFullError` (an OSError, errno ENOSPC/EDQUOT): one line naming the
+  file and the space free; a replaced file stays as it was, an appended one may end in a torn line (cut off by
+  the next `read_jsonl`).
 - `append_jsonl(path, rows, *, what="a row", sync=True) -> None`: append strict-JSON lines (fsynced with `sync`).
 - `read_jsonl(path, *, what="row") -> list[dict]`: the complete rows of an appended file. A torn last line
   (a killed write) is cut off the file and not returned; a bad line before the end is an error naming its line.
@@ -28,6 +31,7 @@ import errno
 import fcntl
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -116,20 +120,52 @@ def _non_finite(value: Any, where: str = "") -> str:
     return ""
 
 
-def write_text(path: str | os.PathLike, text: str) -> Path:
-    """Replace `path` with `text` atomically: a temporary file in the same folder, fsync, rename."""
-    path = Path(path)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+class DiskFullError(OSError):
+    """No space left to write a file (errno ENOSPC or EDQUOT); the message names the file and the free space."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(error: OSError, path: Path, needed: int | None = None, *, appended: bool = False) -> DiskFullError:
+    """The one-line error for a write that ran out of space: the file, the space free (and needed, when known)."""
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as sink:
-            os.fchmod(sink.fileno(), FILE_MODE)
-            sink.write(text)
-            sink.flush()
-            os.fsync(sink.fileno())
+        free = f"{shutil.disk_usage(path.parent).free:,} bytes free"
+    except OSError:
+        free = "free space unknown"
+    need = f", about {needed:,} needed" if needed else ""
+    after = ("its last line may be torn: the next run cuts it off and resumes" if appended
+             else "the file was left as it was")
+    return DiskFullError(error.errno, f"no space left to write {path} ({free}{need}); {after}. Free some space "
+                                      f"(or choose another output_dir) and run again", str(path))
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary path in the folder of `path` (ending in the same suffix, for writers that read the format from
+    it) to write the new file into; when the block ends without error it is fsynced and renamed to `path`, so a
+    reader sees the old file or the new one, never a part. A full disk is a `DiskFullError` naming `path`."""
+    path = Path(path)
+    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".partial{path.suffix}")
+    os.close(handle)
+    temporary = Path(name)
+    try:
+        os.chmod(temporary, FILE_MODE)
+        yield temporary
+        descriptor = os.open(temporary, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
+        if isinstance(error, OSError) and error.errno in DISK_FULL and not isinstance(error, DiskFullError):
+            raise disk_full(error, path) from None
         raise
     with contextlib.suppress(OSError):  # the rename itself survives a crash once the folder is synced
         folder = os.open(path.parent, os.O_RDONLY)
@@ -137,6 +173,19 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
             os.fsync(folder)
         finally:
             os.close(folder)
+
+
+def write_text(path: str | os.PathLike, text: str) -> Path:
+    """Replace `path` with `text` atomically (`atomic_file`: a temporary file in the same folder, fsync, rename)."""
+    path = Path(path)
+    data = text.encode("utf-8")
+    with atomic_file(path) as temporary:
+        try:
+            temporary.write_bytes(data)
+        except OSError as error:
+            if error.errno in DISK_FULL:
+                raise disk_full(error, path, len(data)) from None
+            raise
     return path
 
 
@@ -152,11 +201,16 @@ def append_jsonl(path: str | os.PathLike, rows: Sequence[dict], *, what: str | C
     if not rows:
         return
     text = "".join(dumps(row, what=what(row) if callable(what) else what) + "\n" for row in rows)
-    with open(path, "a", encoding="utf-8") as sink:
-        sink.write(text)
-        if sync:
-            sink.flush()
-            os.fsync(sink.fileno())
+    try:
+        with open(path, "a", encoding="utf-8") as sink:
+            sink.write(text)
+            if sync:
+                sink.flush()
+                os.fsync(sink.fileno())
+    except OSError as error:
+        if error.errno in DISK_FULL:
+            raise disk_full(error, Path(path), len(text.encode("utf-8")), appended=True) from None
+        raise
 
 
 def read_jsonl(path: str | os.PathLike, *, what: str = "row") -> list[dict]:
@@ -208,7 +262,13 @@ def check_settings(path: str | os.PathLike, settings: dict, *, defaults: dict | 
     path = Path(path)
     if not path.exists():
         return
-    before = {**(defaults or {}), **json.loads(path.read_text(encoding="utf-8"))}
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} is not valid JSON ({getattr(error, 'msg', error)}; {path.stat().st_size} bytes): the "
+                         f"settings of the run in {path.parent} cannot be read; restore the file or use a fresh "
+                         f"output_dir") from None
+    before = {**(defaults or {}), **recorded}
     changed = _differences(before, settings)
     if changed:
         raise ValueError(f"{path.parent} holds a run with other settings ({', '.join(changed)}); use a fresh output_dir")

@@ -25,9 +25,10 @@ from typing import Any, Callable, Iterator, Sequence
 
 from tqdm import tqdm
 
+from jetgym.runs import identity
 from jetgym.runs import ranks as ranks_
-from jetgym.runs.folder import (LOCK, append_jsonl, check_settings, folder_lock, make_folder, read_jsonl,
-                                write_json, write_text)
+from jetgym.runs.folder import (LOCK, append_jsonl, atomic_file, check_settings, folder_lock, make_folder,
+                                read_jsonl, write_json, write_text)
 
 RESPONSES = "responses.jsonl"
 SUMMARY = "summary.json"
@@ -45,7 +46,8 @@ Report = Callable[[Sequence[Any], list[dict], Path], None]
 def run_qa(questions: Sequence[Any], scorer: Any, output_dir: str | os.PathLike, *, chunk_size: int = 16,
            pipeline: bool = True, on_error: str = "stop", settings: dict | None = None, about: dict | None = None,
            reports: Sequence[Report] = (), started: float | None = None, gpu: bool = False,
-           rank_timeout_s: float = 1800.0, quiet: bool = False) -> dict:
+           rank_timeout_s: float = 1800.0, quiet: bool = False, allow_single_choice: bool = False,
+           on_start: Callable[[Path], None] | None = None) -> dict:
     """Score every question into `output_dir` and return the summary (what `summary.json` holds).
 
     questions: `Question`s with distinct string ids (the resumption key). scorer: a built scorer (anything
@@ -60,6 +62,9 @@ def run_qa(questions: Sequence[Any], scorer: Any, output_dir: str | os.PathLike,
     about: extra summary fields (e.g. `model`, `placement`, `dataset` = {name, subset, ...}). reports:
     functions `(questions, responses, folder)` that write further reports after the summary. started:
     `time.monotonic()` at which the run's wall time starts (default: now). quiet: no progress bar.
+    allow_single_choice: score questions with a single distinct candidate text (always chosen, so always graded
+    correct); refused by default. on_start: called (rank 0) with the folder once it is locked and checked and
+    the scorer is built, before any response is written (the console job writes `.hydra/` then).
 
     Under torchrun (WORLD_SIZE > 1) rank R scores the chunks k with k % WORLD_SIZE == R into its own
     `responses.rank-R-of-N.jsonl` (resumed on its own); after every rank is done, rank 0 merges them into
@@ -75,12 +80,14 @@ def run_qa(questions: Sequence[Any], scorer: Any, output_dir: str | os.PathLike,
         raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
     questions = list(questions)
     _check_ids(questions)
+    if not allow_single_choice:
+        _refuse_single_choice(questions)
     ranks = ranks_.current()
     out = make_folder(output_dir)
     try:
         with folder_lock(out, "jetgym-qa", ranks.suffix(LOCK)):
             return _run(questions, scorer, out, chunk_size, pipeline, on_error, settings, about or {}, reports,
-                        started, gpu, rank_timeout_s, quiet, ranks)
+                        started, gpu, rank_timeout_s, quiet, ranks, on_start)
     finally:
         ranks_.finish(ranks)
 
@@ -98,13 +105,23 @@ def _check_ids(questions: list) -> None:
         seen.add(question.id)
 
 
+def _refuse_single_choice(questions: list) -> None:
+    """A question with one distinct candidate text cannot be answered wrong: it would inflate accuracy."""
+    for question in questions:
+        candidates = getattr(question, "candidates", None)
+        if candidates is not None and len(set(candidates)) < 2:
+            raise ValueError(f"{where(question)} has a single choice {candidates[0]!r}: it is always chosen, so always "
+                             f"graded correct; give it at least two different choices, or set allow_single_choice=true "
+                             f"to score it anyway")
+
+
 def _is_factory(scorer: Any) -> bool:
     return callable(scorer) and not hasattr(scorer, "decide_many")
 
 
 def _run(questions: list, scorer: Any, out: Path, size: int, pipeline: bool, on_error: str, settings: dict | None,
          about: dict, reports: Sequence[Report], started: float, gpu: bool, rank_timeout_s: float, quiet: bool,
-         ranks: ranks_.Ranks) -> dict:
+         ranks: ranks_.Ranks, on_start: Callable[[Path], None] | None = None) -> dict:
     if settings is None:
         scorer = scorer() if _is_factory(scorer) else scorer
         settings = {"scorer": scorer.describe()}
@@ -115,12 +132,16 @@ def _run(questions: list, scorer: Any, out: Path, size: int, pipeline: bool, on_
     ids = {q.id for q in questions}
     responses_file, runs_file = out / ranks.suffix(RESPONSES), out / ranks.suffix(RUNS)
     done = read_responses(responses_file)
+    if done and ranks.rank == 0 and not (out / RUN).exists():
+        raise ValueError(f"{out} holds {responses_file.name} but no {RUN}: the settings its responses were scored "
+                         f"with are unknown, so the run cannot resume; restore {RUN} or use a fresh output_dir")
     unknown = [i for i in done if i not in ids]
     if unknown:
         raise ValueError(
             f"{responses_file} holds {len(unknown)} responses for questions outside this question set "
             f"(e.g. {unknown[0]!r}); use a fresh output_dir"
         )
+    identity.check_unchanged(responses_file, done, questions)
     skipped_before = {i for i, row in done.items() if row.get("skipped")}
     # fixed chunks of the set; a chunk with a missing row is scored whole (less the questions skipped before)
     fixed = [questions[at : at + size] for at in range(0, len(questions), size)]
@@ -132,9 +153,12 @@ def _run(questions: list, scorer: Any, out: Path, size: int, pipeline: bool, on_
     scorer = scorer() if _is_factory(scorer) else scorer
     if ranks.rank == 0 and not (out / RUN).exists():
         write_json(out / RUN, settings, what="run.json")  # the run can start
+    if ranks.rank == 0 and on_start is not None:
+        on_start(out)
     begun = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     counts = {"requests": 0, "skipped": 0}
     resumed = len(done) > 0
+    written_before = set(done)
 
     def record(**extra) -> None:
         wall = time.monotonic() - started
@@ -163,6 +187,7 @@ def _run(questions: list, scorer: Any, out: Path, size: int, pipeline: bool, on_
                 counts["skipped"] += sum(bool(row.get("skipped")) for row in rows)
                 bar.update(len(rows))
     except BaseException as error:  # a failed run's record keeps the work it did (a killed one has none)
+        _count_written(responses_file, written_before, counts)  # an interrupt may land between a write and its count
         record(error=f"{type(error).__name__}: {error}")
         raise
     record()
@@ -173,13 +198,18 @@ def _run(questions: list, scorer: Any, out: Path, size: int, pipeline: bool, on_
         ranks_.merge_jsonl(out, RESPONSES, ranks.world_size, [q.id for q in questions], key="id")
         done = read_responses(out / RESPONSES)
 
-    from jetgym.questions.metrics import calibration_summary
+    from jetgym.questions.metrics import RELIABILITY_PNG, calibration_summary, plot_reliability, reliability_curves
 
     responses = [done[q.id] for q in questions]
     runs = {r: read_jsonl(path, what="run record")
             for r, path in enumerate(ranks_.rank_files(out, RUNS, ranks.world_size))}
     summary = summarize(responses, scorer.describe(), runs, about)
-    summary["calibration"] = calibration_summary(responses, out, getattr(getattr(scorer, "options", None), "temperature", None))
+    calibration = calibration_summary(responses, None, getattr(getattr(scorer, "options", None), "temperature", None))
+    if calibration is not None:
+        with atomic_file(out / RELIABILITY_PNG) as partial:
+            plot_reliability(reliability_curves(calibration), partial)
+        calibration["diagram"] = RELIABILITY_PNG
+    summary["calibration"] = calibration
     write_json(out / SUMMARY, summary, what="the summary")
     write_text(out / REPORT, render_report(summary))
     for report in reports:
@@ -259,7 +289,8 @@ def settle(scorer, chunk: list, error: BaseException, on_error: str) -> tuple[li
 
 def skipped_row(question, reason: str) -> dict:
     """The response row of a question skipped with `on_error=skip`."""
-    return {"id": question.id, "skipped": reason, "source": question.source}
+    return {"id": question.id, "skipped": reason, "source": question.source,
+            identity.FIELD: identity.fingerprint(question)}
 
 
 def response_row(question, decision) -> dict:
@@ -269,19 +300,48 @@ def response_row(question, decision) -> dict:
     row = decision.to_dict()
     if row["id"] != question.id:
         raise RuntimeError(f"scorer returned a decision for {row['id']!r} in place of {question.id!r}")
+    row[identity.FIELD] = identity.fingerprint(question)
     return row
 
 
 def read_responses(path: Path) -> dict[str, dict]:
-    """Responses already written, by id (`read_jsonl`: a torn last line is cut off and not counted)."""
+    """Responses already written, by id (`read_jsonl`: a torn last line is cut off and not counted). A last row
+    that parses but is incomplete (e.g. a hand-cut `{"id": "q9"}`) is cut off too, so its question is scored
+    again; an incomplete row before the end is an error naming its line."""
     responses: dict[str, dict] = {}
-    for line_no, row in enumerate(read_jsonl(path, what="response"), 1):
+    rows = read_jsonl(path, what="response")
+    if rows and identity.missing_fields(rows[-1]):
+        _cut_last_line(path)
+        rows.pop()
+    for line_no, row in enumerate(rows, 1):
         if not isinstance(row.get("id"), str):
             raise ValueError(f"{path}:{line_no}: a response must be a JSON object with a string 'id'")
+        missing = identity.missing_fields(row)
+        if missing:
+            raise ValueError(f"{path}:{line_no}: the response to {row['id']!r} is incomplete (it lacks "
+                             f"{', '.join(missing)}); delete that line to score the question again, or use a fresh "
+                             f"output_dir")
         if row["id"] in responses:
             raise ValueError(f"{path}:{line_no}: duplicate response for {row['id']!r}")
         responses[row["id"]] = row
     return responses
+
+
+def _count_written(path: Path, before: set, counts: dict) -> None:
+    """Set the counts of a stopped run from the rows its responses file holds (beyond the ids `before`)."""
+    try:
+        rows = [row for row in read_jsonl(path, what="response") if row.get("id") not in before]
+    except (OSError, ValueError):
+        return
+    counts["requests"] = sum(not row.get("skipped") for row in rows)
+    counts["skipped"] = sum(bool(row.get("skipped")) for row in rows)
+
+
+def _cut_last_line(path: Path) -> None:
+    """Cut the file's last non-blank line (an incomplete row) off."""
+    data = path.read_bytes().rstrip()
+    with open(path, "r+b") as file:
+        file.truncate(data.rfind(b"\n") + 1)
 
 
 def read_runs(path: Path) -> list[dict]:

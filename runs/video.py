@@ -8,6 +8,8 @@ from typing import Sequence
 
 import numpy as np
 
+from jetgym.runs.folder import atomic_file
+
 PANEL = 40
 TOP = 3
 
@@ -44,5 +46,7 @@ def write_gif(frames: Sequence[np.ndarray], path: str | Path, fps: float) -> Pat
         raise ValueError("no frames to write")
     path = Path(path)
     images = [Image.fromarray(frame) for frame in frames]
-    images[0].save(path, save_all=True, append_images=images[1:], duration=max(20, round(1000 / fps)), loop=0, optimize=False)
+    with atomic_file(path) as partial:  # a killed run leaves no truncated GIF beside its logs
+        images[0].save(partial, format="GIF", save_all=True, append_images=images[1:],
+                       duration=max(20, round(1000 / fps)), loop=0, optimize=False)
     return path

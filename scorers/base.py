@@ -8,8 +8,9 @@ validated options dataclass (its class is `Options`); `describe()` is what summa
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import asdict, fields
-from typing import Any, ClassVar, Iterable, Protocol, Sequence, runtime_checkable
+from typing import Any, ClassVar, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 from .registry import Registry
 from .types import Decision, Question
@@ -38,11 +39,15 @@ class ScorerBase:
     options: Any = None
 
     def decide(self, question: Question) -> Decision:
+        if not isinstance(question, Question):
+            raise TypeError(f"decide takes one jetgym.scorers.Question, got {_shown(question)}: write "
+                            f"decide(Question(context=..., candidates=[...]))"
+                            + (" (a list of questions goes to decide_many)" if isinstance(question, (list, tuple)) else ""))
         return self.decide_many([question])[0]
 
     def decide_many(self, questions: Sequence[Question]) -> list[Decision]:
         """Decisions in the same order as the questions."""
-        return self.score(self.prepare(questions))
+        return self.score(self.prepare(check_questions(questions)))
 
     def describe(self) -> dict:
         """The options as a JSON-able dict (for summaries), with the dtype the model runs in."""
@@ -51,6 +56,49 @@ class ScorerBase:
         if loaded is not None:
             described["dtype_used"] = str(loaded.model.dtype).removeprefix("torch.")
         return described
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
+def check_questions(questions: Any, call: str = "decide_many") -> list[Question]:
+    """The questions of a `decide_many`/`prepare` call as a list; anything but a list of `Question`s is a
+    TypeError saying what to pass."""
+    if isinstance(questions, Question):
+        raise TypeError(f"{call} takes a list of Questions, got one Question: write {call}([question]) "
+                        f"(or decide(question))")
+    if isinstance(questions, (str, bytes, Mapping)) or not isinstance(questions, Iterable):
+        raise TypeError(f"{call} takes a list of jetgym.scorers.Question, got {_shown(questions)}: write "
+                        f"{call}([Question(context=..., candidates=[...]), ...])")
+    items = list(questions)
+    for index, question in enumerate(items):
+        if not isinstance(question, Question):
+            hint = "Question(**row)" if isinstance(question, Mapping) else "Question(context=..., candidates=[...])"
+            raise TypeError(f"{call}: questions[{index}] must be a jetgym.scorers.Question, got {_shown(question)}: "
+                            f"write {hint}")
+    return items
+
+
+@contextlib.contextmanager
+def naming_question(index: int, question: Question, batch: int) -> Iterator[None]:
+    """Inside a batch of more than one question, a ValueError/TypeError about one of them is re-raised (same
+    type) with `questions[index] (id ...)` in front of its message, so the caller knows which to fix."""
+    try:
+        yield
+    except (ValueError, TypeError) as error:
+        if batch <= 1:
+            raise
+        named = f"questions[{index}]" + (f" (id {question.id!r})" if question.id is not None else "") + f": {error}"
+        try:
+            renamed = type(error)(named)
+        except Exception:  # an exception class that takes other arguments keeps its message, with a note
+            renamed = None
+        if renamed is None:
+            error.add_note(named)
+            raise
+        raise renamed from error
 
 
 SCORERS: Registry[type] = Registry("scorer")

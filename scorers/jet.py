@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
-from .base import ScorerBase
+from .base import ScorerBase, check_questions, naming_question
 from .decision import make_decision
 from .options import ScorerOptions
 from .priors import Corrections
@@ -101,8 +101,6 @@ class JetScorer(ScorerBase):
         """Validate, render and tokenize (and generate reasoning traces): the work before scoring.
 
         `jetgym-qa` runs this for the next questions in a worker while the current ones are scored."""
-        from .prompts import encode, render_context
-
         if self.schedule in ("batched", "packed") and self.loaded.kind != "attention":
             raise ValueError(
                 f"schedule {self.schedule!r} needs an attention-only model; {self.loaded.spec!r} is {self.loaded.kind}: "
@@ -110,30 +108,38 @@ class JetScorer(ScorerBase):
             )
         vision = self.loaded.kind == "vision"
         prepared = []
-        for question in questions:
-            candidates = question.candidates or self.options.binary_texts
-            validate_candidates(candidates, question.kind)
-            if question.images and not vision:
-                raise ValueError(f"model {self.loaded.spec!r} cannot score images: it is a text-only "
-                                 f"({self.loaded.kind}) model; use a vision-language model")
-            if question.images and self.options.reasoning:
-                raise ValueError("reasoning is not supported with image input: set reasoning=False")
-            trace = None
-            trace_ids: list[int] = []
-            if self.options.reasoning:
-                context_ids = render_context(self.loaded.tokenizer, question.context, self.options.template)
-                trace, trace_ids = self._reasoning_trace(question, context_ids)
-            unique = tuple(dict.fromkeys(candidates))  # identical texts are scored once, so they score identically
-            if question.images or (vision and self.options.template == "chat" and not self.options.reasoning):
-                from .vision import encode_vision  # the processor renders images (and text for vision models)
-
-                encoded = encode_vision(self.loaded.processor, question.context, question.images, unique,
-                                        self.options.template, self.loaded.window)
-            else:
-                encoded = encode(self.loaded.tokenizer, question.context, unique, self.options.template,
-                                 self.loaded.window, trace_ids)
-            prepared.append(Prepared(question, tuple(candidates), unique, encoded, trace))
+        questions = check_questions(questions, "prepare")
+        for index, question in enumerate(questions):
+            with naming_question(index, question, len(questions)):
+                prepared.append(self._prepare_one(question, vision))
         return prepared
+
+    def _prepare_one(self, question: Question, vision: bool) -> Prepared:
+        """One question: validate, render, tokenize."""
+        from .prompts import encode, render_context
+
+        candidates = question.candidates or self.options.binary_texts
+        validate_candidates(candidates, question.kind)
+        if question.images and not vision:
+            raise ValueError(f"model {self.loaded.spec!r} cannot score images: it is a text-only "
+                             f"({self.loaded.kind}) model; use a vision-language model")
+        if question.images and self.options.reasoning:
+            raise ValueError("reasoning is not supported with image input: set reasoning=False")
+        trace = None
+        trace_ids: list[int] = []
+        if self.options.reasoning:
+            context_ids = render_context(self.loaded.tokenizer, question.context, self.options.template)
+            trace, trace_ids = self._reasoning_trace(question, context_ids)
+        unique = tuple(dict.fromkeys(candidates))  # identical texts are scored once, so they score identically
+        if question.images or (vision and self.options.template == "chat" and not self.options.reasoning):
+            from .vision import encode_vision  # the processor renders images (and text for vision models)
+
+            encoded = encode_vision(self.loaded.processor, question.context, question.images, unique,
+                                    self.options.template, self.loaded.window)
+        else:
+            encoded = encode(self.loaded.tokenizer, question.context, unique, self.options.template,
+                             self.loaded.window, trace_ids)
+        return Prepared(question, tuple(candidates), unique, encoded, trace)
 
     def score(self, prepared: Sequence[Prepared]) -> list[Decision]:
         """Run the model on prepared questions and apply the decision rule."""

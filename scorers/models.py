@@ -137,6 +137,46 @@ def resolve(spec: str) -> str:
     )
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+
+
+def _load_part(part: str, source: str, load):
+    """`load()`; for a local folder, a failure to read its tokenizer or weights is a ModelNotFoundError naming the
+    folder and the file (the libraries' own messages name neither)."""
+    folder = Path(source)
+    if not folder.is_dir():
+        return load()
+    try:
+        return load()
+    except Exception as error:
+        first = (str(error).splitlines() or [type(error).__name__])[0].strip()
+        if part == "tokenizer":
+            present = [name for name in TOKENIZER_FILES if (folder / name).exists()]
+            raise ModelNotFoundError(
+                f"model folder {folder} has no usable tokenizer ({first}); it holds "
+                f"{', '.join(present) or 'no tokenizer files'}: save the tokenizer into it "
+                f"(tokenizer.save_pretrained(folder) writes tokenizer.json and tokenizer_config.json)") from error
+        bad = _unreadable_weights(folder)
+        if bad is None:
+            raise
+        raise ModelNotFoundError(
+            f"model weights {bad} cannot be read ({first}; {bad.stat().st_size:,} bytes): the file is truncated or "
+            f"corrupt; copy or save it again") from error
+
+
+def _unreadable_weights(folder: Path) -> Path | None:
+    """The first *.safetensors file of `folder` whose header or size does not check out."""
+    from safetensors import safe_open
+
+    for path in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="pt") as weights:
+                list(weights.keys())
+        except Exception:
+            return path
+    return None
+
+
 def load_model(spec: str, placement: Placement | str | dict | None = None, adapter: str | None = None) -> LoadedModel:
     """Load a model spec with the given placement (default: cpu, fp32); `adapter`: a trained adapter folder
     merged into the weights (`jetgym.scorers.adapters.apply_adapter`)."""
@@ -164,8 +204,8 @@ def load_model(spec: str, placement: Placement | str | dict | None = None, adapt
         tokenizer = processor.tokenizer
         model = AutoModelForImageTextToText.from_pretrained(source, **placement.load_kwargs())
     else:
-        tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModelForCausalLM.from_pretrained(source, **placement.load_kwargs())
+        tokenizer = _load_part("tokenizer", source, lambda: AutoTokenizer.from_pretrained(source))
+        model = _load_part("weights", source, lambda: AutoModelForCausalLM.from_pretrained(source, **placement.load_kwargs()))
     if placement.device == "cuda":
         model = model.to("cuda")
     elif placement.device == "offload_experts":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 from .registry import check_choice
 
@@ -23,6 +23,9 @@ def _as_tuple(value: Sequence | None, name: str) -> tuple | None:
         return None
     if isinstance(value, (str, bytes)):
         raise TypeError(f"{name} must be a list of texts, not one string {value!r}: write [{value!r}]")
+    if isinstance(value, Mapping):  # iterating a mapping gives its keys, which would be scored as the texts
+        raise TypeError(f"{name} must be a list of texts, not a mapping {dict(value)!r}: pass a list (for a "
+                        f"{{label: text}} mapping m: candidates=list(m.values()), labels=list(m))")
     try:
         return tuple(value)
     except TypeError:
@@ -59,8 +62,9 @@ def _as_images(images: Any) -> tuple:
 def _as_messages(context: Any) -> str | tuple[dict, ...]:
     """The context as one string or a tuple of checked chat messages."""
     if isinstance(context, str):
-        if not context:
-            raise ValueError("question context is empty")
+        if not context.strip():
+            raise ValueError("question context is empty" + (" (only whitespace)" if context else "")
+                             + ": give the question's text")
         check_text(context, "question context")
         return context
     if context is None or isinstance(context, (bytes, int, float)) or not isinstance(context, Sequence):
@@ -85,6 +89,10 @@ def _as_messages(context: Any) -> str | tuple[dict, ...]:
         check_choice(f"chat message {i} role", message["role"], ROLES)
         content = message["content"]
         if isinstance(content, str):
+            if not content.strip() and not message.get("tool_calls"):
+                raise ValueError(f"chat message {i} ({message['role']}) has empty content"
+                                 + (" (only whitespace)" if content else "")
+                                 + ": give it a text, or leave the message out")
             check_text(content, f"chat message {i} content")
         elif isinstance(content, (list, tuple)) and content and all(isinstance(p, dict) and "type" in p for p in content):
             for part in content:  # a content-parts list (vision-language chat templates)

@@ -49,7 +49,24 @@ def build_agent(config: EpisodeConfig, task: str | None = None, scorer: Any = No
         return make_agent("fixed", control=config.agent.control), None
     if config.agent.name != "scorer":
         return make_agent(config.agent.name), None
+    if config.env.examples and env is not None:
+        _check_examples_against(config.env.examples, env, config.env.id)
     scorer = build_scorer(config) if scorer is None else scorer
     options = {key: value for key, value in asdict(config.agent).items() if key not in ("name", "control")}
     task = config.env.task if task is None else task
     return make_agent("scorer", scorer=scorer, task=task, env=env, examples=config.env.examples, **options), scorer
+
+
+def _check_examples_against(examples, env: Any, env_id: str) -> None:
+    """The worked examples' controls against the env's full action set (`CandidateActions.candidates`; a vector
+    env's first sub-env). Envs whose commands change every step (text games) have no full set: not checked."""
+    from jetgym.agents.prompt import check_example_controls, check_examples
+
+    full = getattr(env, "candidates", None)
+    if full is None and hasattr(env, "get_attr"):
+        try:
+            full = env.get_attr("candidates")[0]
+        except Exception:  # a vector env whose sub-envs cannot be asked: the agent's own checks remain
+            full = None
+    if full is not None:
+        check_example_controls(check_examples(examples), full.texts, env_id)

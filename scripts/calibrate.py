@@ -18,6 +18,7 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 
+from jetgym.scripts.cli import user_errors
 from jetgym.scripts.config import CONFIG_PATH, ModelConfig, PlacementConfig, to_config
 
 
@@ -94,9 +95,10 @@ def run_calibrate(cfg) -> dict:
 @hydra.main(config_path=CONFIG_PATH, config_name="calibrate", version_base=None)
 def main(cfg) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    config = to_config(cfg)
-    config.output_dir = config.output_dir or HydraConfig.get().runtime.output_dir
-    run_calibrate(config)
+    with user_errors("jetgym-calibrate"):  # a user error is one line (`jetgym.scripts.cli`)
+        config = to_config(cfg)
+        config.output_dir = config.output_dir or HydraConfig.get().runtime.output_dir
+        run_calibrate(config)
 
 
 if __name__ == "__main__":

@@ -23,8 +23,9 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 
 from jetgym.questions import metrics as M
-from jetgym.runs.folder import write_json, write_text
+from jetgym.runs.folder import atomic_file, write_json, write_text
 from jetgym.runs.qa import read_responses, run_qa
+from jetgym.scripts.cli import user_errors
 from jetgym.scripts.config import CONFIG_PATH, ModelConfig, PlacementConfig, ScorerConfig, build_scorer, to_config
 
 RESPONSES = "responses.jsonl"
@@ -101,14 +102,16 @@ def calibrate_probs(config: CalibrateProbsConfig, out: Path) -> dict:
     result = {"temperature": temperature, "normalization": sorted(normalization_of(fit_rows)),
               "fit": {"before": M.metrics(scores, gold, 1.0, config.bins),
                       "after": M.metrics(scores, gold, temperature, config.bins)}}
-    M.plot_reliability({"uncalibrated": result["fit"]["before"], "temperature-scaled": result["fit"]["after"]},
-                       out / "reliability_fit.png", "Reliability: fit (held-out) set")
+    with atomic_file(out / "reliability_fit.png") as partial:
+        M.plot_reliability({"uncalibrated": result["fit"]["before"], "temperature-scaled": result["fit"]["after"]},
+                           partial, "Reliability: fit (held-out) set")
     if eval_rows is not None:
         e_scores, e_gold = M.graded(eval_rows)
         result["evaluate"] = {"before": M.metrics(e_scores, e_gold, 1.0, config.bins),
                               "after": M.metrics(e_scores, e_gold, temperature, config.bins)}
-        M.plot_reliability({"uncalibrated": result["evaluate"]["before"], "temperature-scaled": result["evaluate"]["after"]},
-                           out / "reliability_eval.png", "Reliability: evaluated set")
+        with atomic_file(out / "reliability_eval.png") as partial:
+            M.plot_reliability({"uncalibrated": result["evaluate"]["before"],
+                                "temperature-scaled": result["evaluate"]["after"]}, partial, "Reliability: evaluated set")
     write_json(out / "calibration.json", result, what="the calibration")
     write_text(out / "report.md", render_report(result))
     return result
@@ -128,10 +131,11 @@ def render_report(result: dict) -> str:
 
 @hydra.main(config_path=CONFIG_PATH, config_name="calibrate_probs", version_base=None)
 def main(cfg) -> None:
-    """Console entry: `jetgym-calibrate-probs key=value ...`."""
-    config = to_config(cfg)
-    out = Path(config.output_dir or HydraConfig.get().runtime.output_dir)
-    result = calibrate_probs(config, out)
+    """Console entry: `jetgym-calibrate-probs key=value ...`; a user error is one line (`jetgym.scripts.cli`)."""
+    with user_errors("jetgym-calibrate-probs"):
+        config = to_config(cfg)
+        out = Path(config.output_dir or HydraConfig.get().runtime.output_dir)
+        result = calibrate_probs(config, out)
     print(f"temperature {result['temperature']:.4f}; results in {out.resolve()}")
 
 

@@ -159,6 +159,8 @@ class QAConfig:
     on_error: str = "stop"
     # under torchrun: how long a rank that finished waits for the others before failing, naming them
     rank_timeout_s: float = 1800.0
+    # score questions with a single distinct choice (always graded correct); refused by default
+    allow_single_choice: bool = False
 
     def __post_init__(self):
         _check_positive("chunk_size", self.chunk_size)

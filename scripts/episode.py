@@ -6,7 +6,6 @@ Files and promises: `jetgym.runs.episodes`, docs/reliability.md.
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import asdict
 from typing import Any
 
@@ -17,14 +16,16 @@ from omegaconf import DictConfig
 from jetgym.runs.episodes import EPISODES, REPORT, STEPS, SUMMARY, TIMINGS  # noqa: F401  (the files, for callers)
 from jetgym.runs.episodes import run_episodes as play
 from jetgym.scripts.build import build_agent, make_env
-from jetgym.scripts.cli import check_output_dir_argument
+from jetgym.scripts.cli import save_hydra_config, start, user_errors
 from jetgym.scripts.config import CONFIG_PATH, EpisodeConfig, to_config
 
 
-def run_episodes(cfg: Any, output_dir: str | os.PathLike | None = None, scorer=None, quiet: bool = False) -> dict:
+def run_episodes(cfg: Any, output_dir: str | os.PathLike | None = None, scorer=None, quiet: bool = False,
+                 on_start=None) -> dict:
     """The `jetgym-episode` job from a composed config: `cfg.episodes` episodes (seeds cfg.seed, cfg.seed+1, ...)
     into `output_dir` (default `cfg.output_dir`) with `jetgym.runs.run_episodes`; return the summary.
-    scorer: a built scorer for the `scorer` agent (default: built from the config)."""
+    scorer: a built scorer for the `scorer` agent (default: built from the config). on_start: called with the
+    folder once it is locked and checked (the console job writes `.hydra/` then)."""
     config: EpisodeConfig = to_config(cfg)
     out = output_dir or config.output_dir
     if not out:
@@ -33,19 +34,19 @@ def run_episodes(cfg: Any, output_dir: str | os.PathLike | None = None, scorer=N
                 lambda env: build_agent(config, config.env.task, scorer, env=env)[0], out, episodes=config.episodes,
                 seed=config.seed, video=config.video, about={"env": asdict(config.env), "agent": asdict(config.agent)},
                 settings=asdict(config),
-                gpu=config.placement.device == "cuda", quiet=quiet)
+                gpu=config.placement.device == "cuda", quiet=quiet, on_start=on_start)
 
 
 @hydra.main(config_path=CONFIG_PATH, config_name="episode", version_base=None)
 def hydra_main(cfg: DictConfig) -> None:
-    """Console entry: `jetgym-episode key=value ...`."""
-    run_episodes(cfg, output_dir=HydraConfig.get().runtime.output_dir)
+    """Console entry: `jetgym-episode key=value ...`; a user error is one line (`jetgym.scripts.cli`)."""
+    with user_errors("jetgym-episode"):
+        run_episodes(cfg, output_dir=HydraConfig.get().runtime.output_dir, on_start=save_hydra_config(cfg))
 
 
 def main() -> None:
     """Console entry `jetgym-episode key=value ...`: output_dir is checked before Hydra writes into it."""
-    check_output_dir_argument(sys.argv[1:], "jetgym-episode")
-    hydra_main()
+    start("jetgym-episode", hydra_main)
 
 
 if __name__ == "__main__":

@@ -8,12 +8,11 @@ docs/reliability.md.
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from jetgym.scripts.cli import check_output_dir_argument, process_start
+from jetgym.scripts.cli import command_args, process_start, save_hydra_config, start, user_errors
 
 PROCESS_START = process_start()
 
@@ -28,17 +27,19 @@ from jetgym.scripts.config import CONFIG_PATH, QAConfig, build_scorer, to_config
 
 def run_settings(config: QAConfig) -> dict:
     """What must not change between a run and its resumption: all but output_dir, pipeline, record, on_error,
-    rank_timeout_s and dataset.limit (`run_qa` adds the number of ranks)."""
+    rank_timeout_s, allow_single_choice and dataset.limit (`run_qa` adds the number of ranks)."""
     settings = asdict(config)
-    for key in ("output_dir", "pipeline", "record", "on_error", "rank_timeout_s"):
+    for key in ("output_dir", "pipeline", "record", "on_error", "rank_timeout_s", "allow_single_choice"):
         settings.pop(key, None)
     settings["dataset"].pop("limit")
     return settings
 
 
-def run_qa(cfg: Any, output_dir: str | os.PathLike | None = None, started: float | None = None) -> dict:
+def run_qa(cfg: Any, output_dir: str | os.PathLike | None = None, started: float | None = None,
+           on_start=None) -> dict:
     """The `jetgym-qa` job from a composed config: score `cfg.dataset` into `output_dir` (default
-    `cfg.output_dir`) with `jetgym.runs.run_qa`; print one line and return the summary."""
+    `cfg.output_dir`) with `jetgym.runs.run_qa`; print one line and return the summary. on_start: called with
+    the folder once it is locked and checked (the console job writes `.hydra/` then)."""
     config: QAConfig = to_config(cfg)
     out = output_dir or config.output_dir
     if not out:
@@ -49,19 +50,22 @@ def run_qa(cfg: Any, output_dir: str | os.PathLike | None = None, started: float
     reports = []
     if config.dataset.name == "libero":  # per-type accuracy, baselines, episode-bootstrap intervals, examples
         from jetgym.questions.libero_report import write_libero_report
+        from jetgym.runs.folder import atomic_file
 
-        reports.append(lambda qs, responses, folder: write_libero_report(qs, responses, folder, path=config.dataset.path))
+        reports.append(lambda qs, responses, folder: write_libero_report(qs, responses, folder, path=config.dataset.path,
+                                                                         atomic=atomic_file))
     summary = runner.run_qa(
         questions, lambda: build_scorer(config), out, chunk_size=config.chunk_size, pipeline=config.pipeline,
         on_error=config.on_error, settings=run_settings(config), reports=reports, started=started,
         about={"model": config.model.spec, "placement": asdict(config.placement), "dataset": asdict(config.dataset)},
-        gpu=config.placement.device == "cuda", rank_timeout_s=config.rank_timeout_s)
+        gpu=config.placement.device == "cuda", rank_timeout_s=config.rank_timeout_s,
+        allow_single_choice=config.allow_single_choice, on_start=on_start)
     if "accuracy" not in summary:  # a data-parallel rank other than 0
         return summary
     if config.record:
         from jetgym.scripts.benchmarks_doc import write_section
 
-        command = "jetgym-qa " + " ".join(sys.argv[1:])
+        command = "jetgym-qa " + " ".join(command_args())
         report = runner.render_report(summary)
         write_section(f"qa-{config.record}", f"{report}\nCommand: `{command}`\n".replace("# QA:", "## QA:", 1))
     accuracy = "n/a" if summary["accuracy"] is None else f"{summary['accuracy']:.4f}"
@@ -72,14 +76,15 @@ def run_qa(cfg: Any, output_dir: str | os.PathLike | None = None, started: float
 
 @hydra.main(config_path=CONFIG_PATH, config_name="qa", version_base=None)
 def hydra_main(cfg: DictConfig) -> None:
-    """Console entry: `jetgym-qa key=value ...`."""
-    run_qa(cfg, output_dir=HydraConfig.get().runtime.output_dir, started=PROCESS_START)
+    """Console entry: `jetgym-qa key=value ...`; a user error is one line (`jetgym.scripts.cli`)."""
+    with user_errors("jetgym-qa"):
+        run_qa(cfg, output_dir=HydraConfig.get().runtime.output_dir, started=PROCESS_START,
+               on_start=save_hydra_config(cfg))
 
 
 def main() -> None:
     """Console entry `jetgym-qa key=value ...`: output_dir is checked before Hydra writes into it."""
-    check_output_dir_argument(sys.argv[1:], "jetgym-qa")
-    hydra_main()
+    start("jetgym-qa", hydra_main)
 
 
 if __name__ == "__main__":

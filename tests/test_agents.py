@@ -159,10 +159,12 @@ def test_bad_examples_are_refused(fake_scorer, examples, message):
         make_agent("scorer", scorer=make_scorer("fake"), examples=examples)
 
 
-def test_an_example_control_must_be_a_candidate(fake_scorer):
-    agent = make_agent("scorer", scorer=make_scorer("fake"), examples=[["seen", "jump"]])
-    with pytest.raises(ValueError, match="the example control 'jump' .* is not a candidate text here; candidates: do nothing"):
-        agent.question(doom_obs(), CANDIDATES)
+def test_an_example_control_must_be_one_of_the_envs_controls():
+    from jetgym.agents.prompt import check_example_controls
+
+    with pytest.raises(ValueError, match=r"env.examples\[0\]: the control 'jump' \(for 'seen'\) is not one of "
+                                         r"jetgym/Doom-v0's controls \(do nothing, attack\); write one of them"):
+        check_example_controls([("seen", "jump")], ["do nothing", "attack"], "jetgym/Doom-v0")
 
 
 def test_question_from_a_live_env_matches_its_observation():

@@ -231,13 +231,14 @@ def test_bad_job_config(job, override, fragment):
     assert fragment in str(caught.value)
 
 
-def test_an_unwritable_output_dir(tmp_path):
+def test_an_unwritable_output_dir(tmp_path, capsys):
     (tmp_path / "a-file").write_text("")
     for bad in (tmp_path / "a-file" / "out", Path("/proc/jetgym-no-such/out")):
         with pytest.raises(PermissionError, match=rf"cannot create output_dir {bad} \(.*\); choose a writable output_dir"):
             make_folder(bad)
-        with pytest.raises(SystemExit, match=rf"jetgym-qa: cannot create output_dir {bad}"):
+        with pytest.raises(SystemExit) as caught:
             check_output_dir_argument(["dataset.limit=3", f"output_dir={bad}"], "jetgym-qa")
+        assert caught.value.code == 2 and capsys.readouterr().err.startswith(f"jetgym-qa: cannot create output_dir {bad}")
     check_output_dir_argument(["output_dir=outputs/${now:%H}"], "jetgym-qa")  # interpolations are Hydra's
 
 
@@ -246,7 +247,7 @@ def test_an_unwritable_output_dir_from_the_command_line(tmp_path, job):
     (tmp_path / "a-file").write_text("")
     done = subprocess.run([sys.executable, "-m", f"jetgym.scripts.{job}", f"output_dir={tmp_path / 'a-file' / 'out'}"],
                           capture_output=True, text=True, timeout=120)
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == (
         f"jetgym-{job}: cannot create output_dir {tmp_path / 'a-file' / 'out'} (Not a directory); choose a writable output_dir")
 

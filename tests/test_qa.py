@@ -88,6 +88,7 @@ def test_resume_cuts_a_killed_last_line(tmp_path, fake_scorer, reference, tail):
     else:
         written = b"".join(keep)[:-1]
     (tmp_path / "responses.jsonl").write_bytes(written)
+    (tmp_path / "run.json").write_bytes((reference / "run.json").read_bytes())  # a killed run had written it
     qa.run_qa(qa_config(tmp_path))
     assert fake_scorer.calls == LIMIT - 16  # the torn chunk (questions 16..31) is scored whole again
     assert (tmp_path / "responses.jsonl").read_bytes() == data
@@ -123,8 +124,10 @@ def test_duplicate_responses_are_an_error(tmp_path, fake_scorer, reference):
         qa.run_qa(qa_config(tmp_path))
 
 
-def test_responses_from_another_question_set_are_an_error(tmp_path, fake_scorer):
-    (tmp_path / "responses.jsonl").write_text(json.dumps({"id": "elsewhere-0"}) + "\n")
+def test_responses_from_another_question_set_are_an_error(tmp_path, fake_scorer, reference):
+    row = {**json.loads(lines(reference)[0]), "id": "elsewhere-0"}
+    (tmp_path / "responses.jsonl").write_text(json.dumps(row) + "\n")
+    (tmp_path / "run.json").write_bytes((reference / "run.json").read_bytes())
     with pytest.raises(ValueError, match="1 responses for questions outside this question set"):
         qa.run_qa(qa_config(tmp_path))
 
@@ -343,8 +346,9 @@ def test_on_error_skip_records_and_counts_skipped_questions(tmp_path, pipeline):
     summary = qa.run_qa(qa_config(tmp_path / "out", *overrides))
     rows = [strict_loads(x) for x in lines(tmp_path / "out")]
     assert [r["id"] for r in rows] == [f"q{i}" for i in range(8)]
-    assert rows[5] == {"id": "q5", "skipped": "ValueError: context of 5000 tokens plus the longest candidate (3 tokens) "
-                       "exceeds the model window", "source": f"{data}:6"}
+    assert {k: v for k, v in rows[5].items() if k != "fingerprint"} == {
+        "id": "q5", "skipped": "ValueError: context of 5000 tokens plus the longest candidate (3 tokens) exceeds the "
+        "model window", "source": f"{data}:6"}
     assert summary["skipped"] == 1 and summary["graded"] == 7 and summary["requests"] == 8
     assert "(1 skipped)" in (tmp_path / "out" / "report.md").read_text()
     before = (tmp_path / "out" / "responses.jsonl").read_bytes()
@@ -380,6 +384,7 @@ def test_resume_from_every_cut_point_is_byte_identical(tmp_path, pipeline):
         folder = tmp_path / f"cut-{cut}"
         folder.mkdir()
         (folder / "responses.jsonl").write_bytes(reference[:cut])
+        (folder / "run.json").write_bytes((tmp_path / "reference" / "run.json").read_bytes())
         qa.run_qa(config, output_dir=folder)
         assert (folder / "responses.jsonl").read_bytes() == reference, f"cut at byte {cut}"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from jetgym.scorers.base import ScorerBase
+from jetgym.scorers.base import ScorerBase, check_questions, naming_question
 from jetgym.scorers.decision import make_decision
 from jetgym.scorers.priors import Corrections
 from jetgym.scorers.prompts import EncodedQuestion
@@ -128,7 +128,13 @@ class FastJevScorer(ScorerBase):
 
     def prepare(self, questions: Sequence[Question]) -> list[Encoded]:
         """Validate and tokenize (no model call)."""
-        return [Encoded(q, tuple(candidates), encoded) for q in questions for candidates, encoded in [self.encode(q)]]
+        prepared = []
+        questions = check_questions(questions, "prepare")
+        for index, question in enumerate(questions):
+            with naming_question(index, question, len(questions)):
+                candidates, encoded = self.encode(question)
+            prepared.append(Encoded(question, tuple(candidates), encoded))
+        return prepared
 
     def score(self, prepared: Sequence[Encoded]) -> list[Decision]:
         """Decisions in the same order; packed questions share forward calls."""
