@@ -1,4 +1,4 @@
-"""`jetgym-train`: train the scorer's model from reward (`algorithm=ppo`) or labels (`algorithm=sft`).
+"""`jetgym-train`: train the scorer's model from reward (`ppo`), labels (`sft`) or recorded episodes (`bc`).
 
 compose -> build the scorer, the policy and the envs or questions -> `jetgym.training.run` -> print. The
 results folder holds train.jsonl, learning_curve.png, summary.json and adapter/ (`model.adapter=PATH` loads
@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from jetgym.scripts.cli import save_hydra_config, start, user_errors
 from jetgym.scripts.config import CONFIG_PATH, TrainConfig, build_scorer, to_config
 
 
@@ -25,8 +25,9 @@ def options_of(config: TrainConfig, cls) -> Any:
     return cls(**{k: v for k, v in dataclasses.asdict(config.train).items() if k in names and v is not None})
 
 
-def train(cfg: Any, output_dir: str | None = None, progress: bool = True) -> dict:
-    """Run the configured training into `output_dir` (default: the config's); returns the summary."""
+def train(cfg: Any, output_dir: str | None = None, progress: bool = True, on_start=None) -> dict:
+    """Run the configured training into `output_dir` (default: the config's); returns the summary. `on_start(folder)`:
+    called once the folder is locked and checked (the console job writes Hydra's record of the run there)."""
     from jetgym.runs import ranks as ranks_
     from jetgym.training.data_parallel import Shards
     from jetgym.training.options import LoraOptions
@@ -43,12 +44,12 @@ def train(cfg: Any, output_dir: str | None = None, progress: bool = True) -> dic
     try:
         ranks_.init(ranks, config.rank_timeout_s, gpu=config.placement.device == "cuda")
         ranks_.agree(ranks, {"output_dir": str(out), **record})
-        return _train(config, record, lora, str(out), Shards(ranks), progress)
+        return _train(config, record, lora, str(out), Shards(ranks), progress, on_start)
     finally:
         ranks_.finish(ranks)
 
 
-def _train(config: TrainConfig, record: dict, lora, out: str, shards, progress: bool) -> dict:
+def _train(config: TrainConfig, record: dict, lora, out: str, shards, progress: bool, on_start) -> dict:
     from jetgym.training.options import PPOOptions, SFTOptions
     from jetgym.training.policy import Policy
     from jetgym.training.run import run_ppo, run_sft
@@ -72,7 +73,7 @@ def _train(config: TrainConfig, record: dict, lora, out: str, shards, progress: 
         train_set, held_out = split_held_out(questions, config.train.held_out)
         return run_sft(policy, train_set, options, out, held_out=held_out, seed=config.seed,
                        checkpoint_every=config.train.checkpoint_every, autocast=config.train.autocast,
-                       config=record, progress=progress, shards=shards)
+                       config=record, progress=progress, shards=shards, on_start=on_start)
     options = options_of(config, PPOOptions)
     record["env"] = dataclasses.asdict(config.env)
     record["agent"] = dataclasses.asdict(config.agent)
@@ -85,7 +86,7 @@ def _train(config: TrainConfig, record: dict, lora, out: str, shards, progress: 
     agent.temperature = policy.scorer.options.temperature  # sample from the scorer's own distribution
     return run_ppo(policy, envs, agent, options, out, config.train.env_steps, seed=config.seed,
                    checkpoint_every=config.train.checkpoint_every, autocast=config.train.autocast, config=record,
-                   progress=progress, shards=shards)
+                   progress=progress, shards=shards, on_start=on_start)
 
 
 def _demonstrations(config: TrainConfig, single: TrainConfig, policy) -> list:
@@ -103,21 +104,15 @@ def _demonstrations(config: TrainConfig, single: TrainConfig, policy) -> list:
 
 @hydra.main(config_path=CONFIG_PATH, config_name="train", version_base=None)
 def hydra_main(cfg: DictConfig) -> None:
-    summary = train(cfg, output_dir=HydraConfig.get().runtime.output_dir)
+    """A user error is one line (`jetgym.scripts.cli`)."""
+    with user_errors("jetgym-train"):
+        summary = train(cfg, output_dir=HydraConfig.get().runtime.output_dir, on_start=save_hydra_config(cfg))
     print(json.dumps({k: summary[k] for k in summary if k != "config"}, indent=2, sort_keys=True))
 
 
 def main() -> None:
-    """Console entry `jetgym-train key=value ...`."""
-    from jetgym.runs.folder import make_folder
-
-    given = [arg.split("=", 1)[1] for arg in sys.argv[1:] if arg.lstrip("+").startswith("output_dir=")]
-    if given and "${" not in given[-1]:
-        try:
-            make_folder(given[-1])
-        except PermissionError as error:
-            raise SystemExit(f"jetgym-train: {error}") from None
-    hydra_main()
+    """Console entry `jetgym-train key=value ...`: output_dir is checked before Hydra writes into it."""
+    start("jetgym-train", hydra_main)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from tqdm import tqdm
@@ -98,12 +98,16 @@ class TrainingFolder:
         if previous and previous != name:
             shutil.rmtree(self.out / previous, ignore_errors=True)
 
-    def start(self, policy, learning_rate: float, seed: int, shards: Shards) -> tuple:
+    def start(self, policy, learning_rate: float, seed: int, shards: Shards,
+              on_start: Callable[[Path], None] | None = None) -> tuple:
         """(optimizer, shuffling generator, checkpoint progress ({} for a fresh run), the log rows kept),
-        the policy and optimizer restored from the checkpoint when there is one (on every rank)."""
+        the policy and optimizer restored from the checkpoint when there is one (on every rank). `on_start(folder)`
+        runs on the writing rank once the folder is locked and checked (e.g. the job's record of its config)."""
         from safetensors.torch import load_file
 
         state = self.check()
+        if on_start is not None and shards.writer:
+            on_start(self.out)
         torch.manual_seed(seed)
         optimizer = torch.optim.AdamW(policy.parameters(), lr=learning_rate, weight_decay=0.0)
         generator = torch.Generator().manual_seed(seed)
@@ -155,7 +159,7 @@ def plot_curve(rows: list[dict], x: str, ys: Sequence[str], path: Path) -> str |
 
 def run_ppo(policy, envs: Sequence[Any], agent, options: PPOOptions, output_dir: str | os.PathLike, env_steps: int,
             seed: int = 0, checkpoint_every: int = 1, autocast: bool = False, config: dict | None = None,
-            progress: bool = True, shards: Shards = Shards()) -> dict:
+            progress: bool = True, shards: Shards = Shards(), on_start: Callable[[Path], None] | None = None) -> dict:
     """Train `policy` with PPO on `envs` (played by `agent`, a scorer agent over `policy.scorer` with
     policy='sample') for at least `env_steps` env steps; returns the summary. Env k's j-th training episode uses
     seed `1_000_000 * (seed + 1) + j * num_envs + k`, so training seeds never meet the small evaluation seeds.
@@ -168,7 +172,7 @@ def run_ppo(policy, envs: Sequence[Any], agent, options: PPOOptions, output_dir:
         raise ValueError(f"train.env_steps must be >= 1, got {env_steps}")
     folder = TrainingFolder(output_dir, config or {"algorithm": "ppo", "seed": seed, **options.__dict__})
     with folder.lock(shards):
-        optimizer, generator, state, rows = folder.start(policy, options.learning_rate, seed, shards)
+        optimizer, generator, state, rows = folder.start(policy, options.learning_rate, seed, shards, on_start)
         done, steps = state.get("update", 0), state.get("env_steps", 0)
         rollouts = Rollouts(envs, agent, lambda k, j: 1_000_000 * (seed + 1) + j * options.num_envs + k, slots,
                             state.get("started"))
@@ -216,14 +220,15 @@ def run_ppo(policy, envs: Sequence[Any], agent, options: PPOOptions, output_dir:
 
 def run_sft(policy, questions: Sequence, options: SFTOptions, output_dir: str | os.PathLike,
             held_out: Sequence = (), seed: int = 0, checkpoint_every: int = 10, autocast: bool = False,
-            config: dict | None = None, progress: bool = True, shards: Shards = Shards()) -> dict:
+            config: dict | None = None, progress: bool = True, shards: Shards = Shards(),
+            on_start: Callable[[Path], None] | None = None) -> dict:
     """Minimize the gold NLL of `questions` for `options.epochs` epochs; `held_out` is evaluated (gold NLL,
     accuracy) before training and after every epoch. Returns the summary. Under data parallelism every rank
     gets the same questions, computes its share of each minibatch, and rank 0 writes the folder."""
     check_labelled(questions, "the training set")
     folder = TrainingFolder(output_dir, config or {"algorithm": "sft", "seed": seed, **options.__dict__})
     with folder.lock(shards):
-        optimizer, generator, state, rows = folder.start(policy, options.learning_rate, seed, shards)
+        optimizer, generator, state, rows = folder.start(policy, options.learning_rate, seed, shards, on_start)
         per_epoch = -(-len(questions) // options.minibatch)
         done = state.get("update", 0)
         if not state and held_out:
