@@ -107,7 +107,7 @@ class TaskSimulator:
         if model_xml and model_xml != self.model_xml:
             from libero.libero.utils.utils import postprocess_model_xml
 
-            self.env.reset_from_xml_string(postprocess_model_xml(model_xml, {}))
+            self.env.reset_from_xml_string(relocate_assets(postprocess_model_xml(model_xml, {})))
             self.env.sim.reset()
             self.inner = self.env.env
             self.gripper = self.inner.robots[0].gripper
@@ -237,3 +237,23 @@ def label_episodes(episodes: list) -> list:
     return out
 
 
+def relocate_assets(model_xml: str) -> str:
+    """A model recorded on another machine with its mesh and texture paths pointed at this machine's LIBERO assets
+    (the recorded paths are absolute; LIBERO's own postprocessing relocates only robosuite's). A path is moved when
+    it holds an `assets` folder of LIBERO's asset tree and the same file exists under this machine's tree."""
+    import xml.etree.ElementTree as ET
+
+    from libero.libero import get_libero_path
+
+    local = Path(get_libero_path("assets"))
+    root = ET.fromstring(model_xml)
+    for element in root.iter():
+        if element.tag not in ("mesh", "texture") or not element.get("file"):
+            continue
+        parts = Path(element.get("file")).parts
+        for index in (i for i in range(len(parts) - 1, -1, -1) if parts[i] == local.name):
+            candidate = local.joinpath(*parts[index + 1:])
+            if candidate.exists():
+                element.set("file", str(candidate))
+                break
+    return ET.tostring(root, encoding="unicode")

