@@ -21,7 +21,7 @@ def test_sweep_jobs_land_in_their_own_folders(tmp_path, launcher):
         pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
     data = tmp_path / "q.jsonl"
     data.write_text("".join(json.dumps({"question": f"{n} + {n} =", "choices": [str(2 * n), str(n)], "answer": 0}) + "\n"
-                            for n in range(2)))
+                            for n in range(1, 3)))
     out = tmp_path / "sweep"
     command = [str(BIN / "jetgym-qa"), "-m", f"hydra/launcher={launcher}", "scorer=jet,fastjev", "dataset=jsonl",
                f"dataset.path={data}", f"output_dir={out}"]
