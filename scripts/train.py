@@ -15,6 +15,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from jetgym.scripts.build import build_agent, make_env
 from jetgym.scripts.cli import save_hydra_config, start, user_errors
 from jetgym.scripts.config import CONFIG_PATH, TrainConfig, build_scorer, to_config
 
@@ -55,7 +56,6 @@ def _train(config: TrainConfig, record: dict, lora, out: str, shards, progress: 
     from jetgym.training.run import run_ppo, run_sft
     from jetgym.training.sft import split_held_out
 
-    from jetgym.scripts.build import build_agent, make_env
 
     single = dataclasses.replace(config, env=dataclasses.replace(config.env, num_envs=1),
                                  agent=dataclasses.replace(config.agent, policy="sample"))
@@ -91,7 +91,6 @@ def _train(config: TrainConfig, record: dict, lora, out: str, shards, progress: 
 
 def _demonstrations(config: TrainConfig, single: TrainConfig, policy) -> list:
     """The behaviour-cloning questions: `train.demonstrations` replayed in the configured env."""
-    from jetgym.scripts.build import build_agent, make_env
     from jetgym.training.cloning import cloning_questions
 
     env = make_env(single)
