@@ -52,30 +52,99 @@ class FixedAgent(AgentBase):
 
 @AGENTS.register("scripted")
 class ScriptedAgent(AgentBase):
-    """A small hand-written policy on the same pixel features as `perception=describe`:
+    """Hand-written experts, for baselines and demonstrations (`jetgym-train algorithm=bc`).
 
-    something in the crosshair -> `attack` (or `move forward` when the status shows no ammo counter,
-    e.g. health gathering); otherwise turn toward the largest thing seen; nothing seen -> keep turning
-    the way it last turned (left at first; `move forward` without an ammo counter). Deterministic.
-    """
+    ViZDoom, on the same pixel features as `perception=describe`: something in the crosshair -> `attack` (or
+    `move forward` when the status shows no ammo counter, e.g. health gathering); otherwise turn toward the
+    largest thing seen (`aim="strafe"`: strafe toward it, which does not overshoot a target on the far wall
+    as turning does in basic); nothing seen -> keep turning the way it last turned (left at first; `move
+    forward` without an ammo counter). Taxi (`env` given): a shortest route on the env's map to the passenger, `pick up`,
+    a shortest route to the destination, `drop off`; ties go to the earliest of south, north, east, west.
+    Deterministic."""
 
-    def __init__(self):
+    def __init__(self, env=None, aim: str = "turn"):
+        if aim not in ("turn", "strafe"):
+            raise ValueError(f"the scripted agent's aim must be 'turn' or 'strafe', got {aim!r}")
+        self.aim = aim
         self.turns: dict[int, str] = {}
+        self.taxi = TaxiRoutes(env) if _family(env) == "Taxi" else None
 
     def reset(self, seed: int | None = None, slot: int = 0) -> None:
         self.turns[slot] = "turn_left"
 
     def act_one(self, observation, candidates, slot: int) -> Act:
+        if self.taxi is not None:
+            action = self.taxi.action(int(observation))
+            return _act(candidates, list(candidates.actions).index(action))
         if not (isinstance(observation, dict) and {"screen", "status"} <= set(observation)):
-            raise ValueError("the scripted agent plays ViZDoom only (observation['screen'] and ['status']); "
-                             "use agent=scorer or agent=random on other envs")
+            raise ValueError("the scripted agent plays ViZDoom and Taxi only (observation['screen'] and ['status'], "
+                             "or a Taxi env); use agent=scorer or agent=random on other envs")
         labels = list(candidates.labels)
         shooter = "ammo" in observation["status"]
         blobs = find_blobs(observation["screen"])
         if any(b.in_crosshair for b in blobs):
             label = "attack" if shooter and int(observation["status"]["ammo"]) > 0 else "move_forward"
+        elif blobs and self.aim == "strafe":
+            label = "strafe_left" if blobs[0].x < 0.5 else "strafe_right"
         elif blobs:
             label = self.turns[slot] = "turn_left" if blobs[0].x < 0.5 else "turn_right"
         else:
             label = self.turns.setdefault(slot, "turn_left") if shooter else "move_forward"
         return _act(candidates, labels.index(label))
+
+
+def _family(env) -> str:
+    from .describers import env_family
+
+    return env_family(env) if env is not None else ""
+
+
+class TaxiRoutes:
+    """Shortest routes on a Gymnasium Taxi map (`desc`: a wall `|` or an opening `:` between neighbouring
+    cells; `locs`: the four stops). Actions: 0 south, 1 north, 2 east, 3 west, 4 pick up, 5 drop off."""
+
+    MOVES = ((1, 0), (-1, 0), (0, 1), (0, -1))
+
+    def __init__(self, env):
+        from .describers import representative
+
+        taxi = representative(env).unwrapped
+        self.desc, self.locs, self.decode = taxi.desc, list(taxi.locs), taxi.decode
+        self.rows, self.cols = len(self.desc) - 2, (len(self.desc[0]) - 1) // 2
+        self.distances: dict[tuple[int, int], dict[tuple[int, int], int]] = {}
+
+    def action(self, state: int) -> int:
+        row, col, passenger, destination = self.decode(state)
+        target = self.locs[passenger] if passenger < 4 else self.locs[destination]
+        if (row, col) == tuple(target):
+            return 4 if passenger < 4 else 5
+        distance = self._distances(tuple(target))
+        here = distance[(row, col)]
+        for action, cell in self._neighbours(row, col):
+            if distance.get(cell, here) < here:
+                return action
+        raise ValueError(f"the Taxi map has no route from {(row, col)} to {tuple(target)}")
+
+    def _neighbours(self, row: int, col: int):
+        for action, (dr, dc) in enumerate(self.MOVES):
+            r, c = row + dr, col + dc
+            if not (0 <= r < self.rows and 0 <= c < self.cols):
+                continue
+            if dc and self.desc[1 + row][2 * min(col, c) + 2] != b":":  # the wall between the two columns
+                continue
+            yield action, (r, c)
+
+    def _distances(self, target: tuple[int, int]) -> dict[tuple[int, int], int]:
+        """Steps from every cell to `target` (breadth-first; moves are symmetric)."""
+        if target not in self.distances:
+            distance, frontier = {target: 0}, [target]
+            while frontier:
+                reached = []
+                for here in frontier:
+                    for _, cell in self._neighbours(*here):
+                        if cell not in distance:
+                            distance[cell] = distance[here] + 1
+                            reached.append(cell)
+                frontier = reached
+            self.distances[target] = distance
+        return self.distances[target]

@@ -12,7 +12,8 @@ Method (documented, deliberately simple; OpenCV on the 160x100 RGB screen):
    at least half as tall as it is wide (this removes the sky's jagged edge; sprites stand upright).
 4. Each blob is reported by horizontal place (far left, left, ahead, right, far right: fifths of the
    width), size (small < 0.5% of the screen, medium < 3%, large otherwise), and `in the crosshair`
-   when its box covers the centre column. At most `max_blobs`, largest first.
+   when its box covers the centre column, else, for a blob ahead, which side of the crosshair its centre is
+   on. At most `max_blobs`, largest first.
 
 It cannot tell a monster from a medkit, a barrel or a wall decoration; it sees only what is on screen.
 """
@@ -74,11 +75,18 @@ def find_blobs(screen: np.ndarray, threshold: int = 48, min_area: int = 6, max_b
     return blobs[:max_blobs]
 
 
+def _aside(blob: Blob) -> str:
+    if blob.in_crosshair:
+        return ", in the crosshair"
+    if blob.place == "ahead":
+        return f", {'left' if blob.x < 0.5 else 'right'} of the crosshair"
+    return ""
+
+
 def describe(screen: np.ndarray, **options) -> str:
     """One sentence about the blobs on screen, e.g. `Seen on screen: a small thing ahead, in the crosshair.`"""
     blobs = find_blobs(screen, **options)
     if not blobs:
         return "Seen on screen: nothing stands out."
-    parts = [f"a {b.size} thing {'ahead' if b.place == 'ahead' else 'on the ' + b.place}"
-             + (", in the crosshair" if b.in_crosshair else "") for b in blobs]
+    parts = [f"a {b.size} thing {'ahead' if b.place == 'ahead' else 'on the ' + b.place}" + _aside(b) for b in blobs]
     return "Seen on screen: " + "; ".join(parts) + "."

@@ -47,12 +47,14 @@ def build_agent(config: EpisodeConfig, task: str | None = None, scorer: Any = No
 
     if config.agent.name == "fixed":
         return make_agent("fixed", control=config.agent.control), None
+    if config.agent.name == "scripted":
+        return make_agent("scripted", env=env, aim=config.agent.aim or "turn"), None
     if config.agent.name != "scorer":
         return make_agent(config.agent.name), None
     if config.env.examples and env is not None:
         _check_examples_against(config.env.examples, env, config.env.id)
     scorer = build_scorer(config) if scorer is None else scorer
-    options = {key: value for key, value in asdict(config.agent).items() if key not in ("name", "control")}
+    options = {key: value for key, value in asdict(config.agent).items() if key not in ("name", "control", "aim")}
     task = config.env.task if task is None else task
     return make_agent("scorer", scorer=scorer, task=task, env=env, examples=config.env.examples, **options), scorer
 

@@ -215,12 +215,14 @@ VECTORIZATIONS = ("sync", "async")
 
 
 AGENT_NAMES = tuple(available_agents())
+AIMS = ("turn", "strafe")
 
 
 @dataclass
 class AgentConfig:
     """name: `scorer` (asks the configured scorer), `random`, `fixed` (plays `control`, a candidate label or text,
-    at every step) or `scripted` (ViZDoom only). The other fields apply to `scorer`: memory (own last actions quoted), describer (`auto` or a name of
+    at every step) or `scripted` (hand-written experts for ViZDoom and Taxi; `aim`: how it steers toward what it sees
+    in ViZDoom, `turn` by default or `strafe`, which suits basic). The other fields apply to `scorer`: memory (own last actions quoted), describer (`auto` or a name of
     `jetgym.agents.describers.DESCRIBERS`: how the observation becomes text), perception (`none`|`describe`: image
     observations), policy (`argmax`|`sample`), temperature (for `sample`), screenshot (attach the image; VLMs only)."""
 
@@ -232,12 +234,18 @@ class AgentConfig:
     temperature: float = 1.0
     screenshot: bool = False
     control: Optional[str] = None
+    aim: Optional[str] = None
 
     def __post_init__(self):
         check_choice("agent.name", self.name, AGENT_NAMES)
         if (self.name == "fixed") != (self.control is not None):
             raise ValueError("agent.control is the fixed agent's control: set it with agent=fixed "
                              "(e.g. agent=fixed agent.control=attack), and only there")
+        if self.aim is not None:
+            if self.name != "scripted":
+                raise ValueError("agent.aim is the scripted agent's steering: set it with agent=scripted "
+                                 "(e.g. agent=scripted agent.aim=strafe), and only there")
+            check_choice("agent.aim", self.aim, AIMS)
         check_choice("agent.describer", self.describer, available_describers())
         check_agent_options(self.perception, self.policy, self.memory, self.temperature, prefix="agent.")
 
@@ -320,7 +328,7 @@ def _train_schema():
 
     extra = [("env_steps", int, field(default=2048)), ("autocast", bool, field(default=False)),
              ("checkpoint_every", int, field(default=1)), ("held_out", float, field(default=0.5)),
-             ("demonstrations", Optional[str], field(default=None))]
+             ("demonstrations", Optional[str], field(default=None)), ("min_return", Optional[float], field(default=None))]
     return schema("TrainOptionsConfig", [PPOOptions, SFTOptions, LoraOptions], optional=True, extra=extra)
 
 
@@ -333,7 +341,8 @@ class TrainConfig:
     """The `jetgym-train` job. algorithm: `ppo` (on `env`, played by the scorer agent), `sft` (on the labelled
     questions of `dataset`) or `bc` (behaviour cloning: the episodes of `train.demonstrations`, a steps.jsonl,
     replayed in `env`; `jetgym.training.cloning`). sft and bc hold a `train.held_out` fraction of the episodes
-    (or questions) out and evaluate it before training and after each epoch (`jetgym.training.sft.split_held_out`).
+    (or questions) out and evaluate it before training and after each epoch (`jetgym.training.sft.split_held_out`);
+    bc with `train.min_return` clones only the episodes whose return is at least that.
     train: the algorithm's options (null: the library default), `env_steps` (PPO budget), `autocast` (bf16
     autocast for the updates), `checkpoint_every` (updates), the LoRA settings. output_dir: results folder."""
 
@@ -362,6 +371,9 @@ class TrainConfig:
             raise ValueError("algorithm=bc (behaviour cloning) needs train.demonstrations=PATH, the steps.jsonl of a "
                              "jetgym-episode run, and no other algorithm reads it"
                              + ("" if self.algorithm == "bc" else f" (got algorithm={self.algorithm})"))
+        if self.train.min_return is not None and self.algorithm != "bc":
+            raise ValueError(f"train.min_return filters behaviour-cloning episodes: set it with algorithm=bc only "
+                             f"(got algorithm={self.algorithm})")
         _check_positive("train.env_steps", self.train.env_steps)
         _check_positive("train.checkpoint_every", self.train.checkpoint_every)
         if not 0 <= self.train.held_out < 1:

@@ -96,7 +96,7 @@ def _demonstrations(config: TrainConfig, single: TrainConfig, policy) -> list:
     env = make_env(single)
     try:
         agent, _ = build_agent(single, scorer=policy.scorer, env=env)
-        return cloning_questions(config.train.demonstrations, env, agent)
+        return cloning_questions(config.train.demonstrations, env, agent, min_return=config.train.min_return)
     finally:
         env.close()
 

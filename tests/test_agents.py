@@ -90,6 +90,8 @@ def test_describe_reports_blobs_from_pixels():
     assert describe(blank_screen()) == "Seen on screen: nothing stands out."
     assert describe(with_sprite(78, 82, 44, 54)) == "Seen on screen: a small thing ahead, in the crosshair."
     assert describe(with_sprite(3, 7, 44, 54)) == "Seen on screen: a small thing on the far left."
+    assert describe(with_sprite(68, 74, 44, 54)) == "Seen on screen: a small thing ahead, left of the crosshair."
+    assert describe(with_sprite(86, 92, 44, 54)) == "Seen on screen: a small thing ahead, right of the crosshair."
     assert describe(with_sprite(120, 150, 20, 70)).startswith("Seen on screen: a large thing on the far right")
     weapon_only = blank_screen()
     weapon_only[70:100, 72:88] = (200, 160, 120)  # the player's own weapon box is ignored
@@ -234,6 +236,13 @@ def test_scripted_agent_policy():
     assert agent.act(doom_obs(blank_screen(), health=50, ammo=3), CANDIDATES).label == "turn_left"
     no_weapon = {"screen": blank_screen(), "status": {"health": np.array(50, np.int32)}}
     assert agent.act(no_weapon, CANDIDATES).label == "move_forward"  # health gathering: walk
+    strafer = make_agent("scripted", aim="strafe")
+    strafer.reset(0)
+    assert strafer.act(doom_obs(with_sprite(130, 140)), CANDIDATES).label == "strafe_right"
+    assert strafer.act(doom_obs(with_sprite(68, 74)), CANDIDATES).label == "strafe_left"
+    assert strafer.act(doom_obs(with_sprite(78, 82, 44, 54)), CANDIDATES).label == "attack"
+    with pytest.raises(ValueError, match="scripted agent's aim must be 'turn' or 'strafe', got 'jump'"):
+        make_agent("scripted", aim="jump")
 
 
 def test_fixed_agent_plays_one_control_by_label_or_text():

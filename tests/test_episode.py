@@ -54,6 +54,7 @@ def test_defaults():
         ("agent.name=smart", "unknown agent.name 'smart'; known: fixed, random, scorer, scripted"),
         ("env.examples=[[seen]]", "env.examples[0] must be an [observation text, control text] pair of non-empty texts"),
         ("agent.control=attack", "agent.control is the fixed agent's control: set it with agent=fixed"),
+        ("agent.aim=strafe", "agent.aim is the scripted agent's steering: set it with agent=scripted"),
         ("agent.perception=vision", "unknown agent.perception 'vision'"),
         ("agent.policy=greedy", "unknown agent.policy 'greedy'"),
         ("agent.temperature=0", "agent.temperature must be > 0"),

@@ -356,6 +356,59 @@ def test_behaviour_cloning_refuses_a_record_it_cannot_replay(tiny_folder, tmp_pa
         cloning_questions("/nowhere.jsonl", env, agent)
 
 
+def test_behaviour_cloning_keeps_the_episodes_above_min_return(tiny_folder, tmp_path):
+    from jetgym.scripts.config import compose, to_config
+    from jetgym.training.cloning import cloning_questions
+
+    rows = recorded_steps(tiny_folder, tmp_path / "play")
+    returns = {e: sum(r["reward"] for r in rows if r["episode"] == e) for e in {r["episode"] for r in rows}}
+    env = CandidateActions(gym.make("FrozenLake-v1", is_slippery=False), texts=["a", "b", "c", "d"])
+    agent = make_agent("scorer", scorer=tiny_scorer(), task="Reach G.", describer=lambda o: f"on cell {o}")
+    path = tmp_path / "play" / "steps.jsonl"
+    for floor in (0.0, 0.5):
+        kept = {e for e, total in returns.items() if total >= floor}
+        if kept:
+            questions = cloning_questions(path, env, agent, min_return=floor)
+            assert {int(q.id.split("/")[1].split("-")[1]) for q in questions} == kept
+            assert len(questions) == sum(r["episode"] in kept for r in rows)
+    with pytest.raises(ValueError, match=r"no episode of .*steps.jsonl has a return of at least "
+                                         r"train.min_return=100.0 \(the best has [01]\): lower train.min_return"):
+        cloning_questions(path, env, agent, min_return=100.0)
+    with pytest.raises(ValueError, match="train.min_return filters behaviour-cloning episodes: set it with "
+                                         "algorithm=bc only"):
+        to_config(compose("train", ["train.min_return=0", f"output_dir={tmp_path / 'x'}"]))
+
+
+def test_scripted_taxi_driver_takes_a_shortest_route():
+    """Its episode lengths equal a breadth-first search over the env's own transition table (`P`)."""
+    from collections import deque
+
+    from jetgym.agents import rollout
+
+    env = CandidateActions(gym.make("Taxi-v4"), texts=[f"action {i}" for i in range(6)])
+    transitions = env.unwrapped.P
+
+    def shortest(start: int) -> int:
+        steps, frontier = {start: 0}, deque([start])
+        while frontier:
+            state = frontier.popleft()
+            for outcomes in transitions[state].values():
+                _, after, reward, done = outcomes[0]
+                if done and reward > 0:
+                    return steps[state] + 1
+                if after not in steps:
+                    steps[after] = steps[state] + 1
+                    frontier.append(after)
+        raise AssertionError("no delivery reachable")
+
+    episodes = rollout(env, make_agent("scripted", env=env), 12, 40)
+    starts = [int(env.reset(seed=40 + i)[0]) for i in range(12)]
+    assert [e["length"] for e in episodes] == [shortest(s) for s in starts]
+    assert all(e["terminated"] and e["return"] > 0 for e in episodes)
+    with pytest.raises(ValueError, match="scripted agent plays ViZDoom and Taxi only"):
+        make_agent("scripted").act(0, env.reset(seed=0)[1]["candidates"])
+
+
 def test_learning_benchmark_rebuilds_the_run_env():
     """The env settings a run recorded (null, booleans, strings, lists) come back unchanged through Hydra."""
     from jetgym.scripts.bench_learning import env_controls, env_overrides

@@ -21,9 +21,10 @@ from jetgym.scorers import Question
 REQUIRED = ("episode", "seed", "step", "action", "reward", "terminated", "truncated")
 
 
-def cloning_questions(path: str | os.PathLike, env, agent) -> list[Question]:
+def cloning_questions(path: str | os.PathLike, env, agent, min_return: float | None = None) -> list[Question]:
     """The scorer agent's questions along the episodes of `path` (replayed in `env`, a `CandidateActions` env),
-    gold = the recorded action; ids `steps/episode-N/step-S/action` (an episode is one group for held-out splits)."""
+    gold = the recorded action; ids `steps/episode-N/step-S/action` (an episode is one group for held-out splits).
+    min_return: clone only the episodes whose return (the sum of their rewards) is at least this."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"train.demonstrations={str(path)!r} is not a file: give the steps.jsonl of a "
@@ -39,8 +40,16 @@ def cloning_questions(path: str | os.PathLike, env, agent) -> list[Question]:
             raise ValueError(f"{path}:{line}: episode {row['episode']} has no seed, so it cannot be replayed; "
                              f"record the episodes with a seed")
     questions: list[Question] = []
-    for episode, steps in groupby(sorted(rows, key=lambda r: (r["episode"], r["step"])), key=lambda r: r["episode"]):
-        questions += _replay(path, env, agent, episode, list(steps))
+    episodes = [(episode, list(steps)) for episode, steps in
+                groupby(sorted(rows, key=lambda r: (r["episode"], r["step"])), key=lambda r: r["episode"])]
+    kept = [(e, steps) for e, steps in episodes
+            if min_return is None or sum(float(r["reward"]) for r in steps) >= min_return]
+    if not kept:
+        best = max(sum(float(r["reward"]) for r in steps) for _, steps in episodes)
+        raise ValueError(f"no episode of {path} has a return of at least train.min_return={min_return} (the best "
+                         f"has {best:g}): lower train.min_return or record better episodes")
+    for episode, steps in kept:
+        questions += _replay(path, env, agent, episode, steps)
     return questions
 
 
