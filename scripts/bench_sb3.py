@@ -67,38 +67,71 @@ def main(argv=None) -> None:
     parser.add_argument("--envs", nargs="+", choices=sorted(ENVS), default=sorted(ENVS))
     parser.add_argument("--output-dir", default="outputs/bench-sb3")
     parser.add_argument("--docs", action="store_true", help="also write the section train-sb3 of docs/benchmarks.md")
+    parser.add_argument("--from-results", metavar="JSON", help="train nothing: rewrite the report of an earlier "
+                                                                 "run's train_sb3.json")
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.episodes < 1 or min(args.budgets) < 1:
         parser.error("--seeds, --episodes and every --budgets value must be >= 1")
+    if args.from_results:
+        import json
+        from pathlib import Path
+
+        results = json.loads(Path(args.from_results).read_text())
+    else:
+        results = run(args)
+    body = report(results)
+    write_results(args.output_dir, "train_sb3", results, body, docs=args.docs)
+    print(body)
+
+
+def run(args) -> dict:
     import torch
 
-    rows, results = [], {"machine": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
-                         "runs": []}
+    results = {"machine": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
+               "command": f"jetgym-bench-sb3 --budgets {' '.join(map(str, args.budgets))} --seeds {args.seeds} "
+                          f"--episodes {args.episodes}", "runs": []}
     for name in args.envs:
         for steps in args.budgets:
-            rates, seconds = [], []
             for seed in range(args.seeds):
                 begun = time.perf_counter()
                 model = train(name, steps, seed)
-                seconds.append(time.perf_counter() - begun)
+                seconds = time.perf_counter() - begun
                 wins = evaluate(name, model, args.episodes)
-                rates.append(float(np.mean(wins)))
                 results["runs"].append({"env": name, "env_steps": steps, "seed": seed, "success": wins,
-                                        "train_seconds": round(seconds[-1], 2)})
-                print(f"{name} {steps} seed {seed}: success {rates[-1]:.2f} in {seconds[-1]:.1f} s", flush=True)
-            rows.append(f"| {ENVS[name][0]} {ENVS[name][1] or ''} | {steps} | "
-                        + ", ".join(f"{r:.2f}" for r in rates)
-                        + f" | {np.mean(rates):.2f} | {np.median(seconds):.1f} |")
-    body = ["## train-sb3", "",
-            f"Command: `jetgym-bench-sb3 --budgets {' '.join(map(str, args.budgets))} --seeds {args.seeds} --episodes "
-            f"{args.episodes}`. stable-baselines3 PPO, MLP policy, its default hyperparameters (sb3-contrib MaskablePPO "
-            f"on Taxi with the env's action mask, as the scorer agent's candidates use it); {torch.get_num_threads()} "
-            f"threads. Each budget trains {args.seeds} seeds from scratch; each trained policy plays held-out seeds "
-            f"0..{args.episodes - 1} greedily. Success: FrozenLake goal, Taxi delivery.", "",
-            "| env | env steps | held-out success per training seed | mean | train seconds (median) |",
-            "|---|---|---|---|---|", *rows]
-    write_results(args.output_dir, "train_sb3", results, "\n".join(body), docs=args.docs)
-    print("\n".join(body))
+                                        "train_seconds": round(seconds, 2)})
+                print(f"{name} {steps} seed {seed}: success {np.mean(wins):.2f} in {seconds:.1f} s", flush=True)
+    return results
+
+
+def report(results: dict) -> str:
+    """The markdown section: per (env, budget) each training seed's held-out success and the mean over seeds
+    and held-out episodes, with a 95% bootstrap interval resampling held-out seeds (training seeds kept)."""
+    from jetgym.questions.bootstrap import episode_bootstrap
+
+    runs = results["runs"]
+    seeds = sorted({r["seed"] for r in runs})
+    episodes = len(runs[0]["success"])
+    rows = []
+    for name, steps in dict.fromkeys((r["env"], r["env_steps"]) for r in runs):
+        group = [r for r in runs if (r["env"], r["env_steps"]) == (name, steps)]
+        values = [win for r in group for win in r["success"]]
+        mean = episode_bootstrap(values, [i for r in group for i in range(len(r["success"]))])
+        env_id, kwargs = ENVS[name]
+        rows.append(f"| {env_id} {kwargs or ''} | {steps} | " + ", ".join(f"{np.mean(r['success']):.2f}" for r in group)
+                    + f" | {mean.estimate:.2f} [{mean.low:.2f}, {mean.high:.2f}] | "
+                    + f"{np.median([r['train_seconds'] for r in group]):.1f} |")
+    budgets = " ".join(str(b) for b in sorted({r["env_steps"] for r in runs}))
+    command = results.get("command", f"jetgym-bench-sb3 --budgets {budgets} --seeds {len(seeds)} --episodes {episodes}")
+    return "\n".join([
+        "## train-sb3", "",
+        f"Command: `{command}`. stable-baselines3 PPO, MLP policy, its default hyperparameters (sb3-contrib "
+        f"MaskablePPO on Taxi with the env's action mask, as the scorer agent's candidates use it); "
+        f"{results['threads']} threads. Each budget trains {len(seeds)} seeds from scratch; each trained policy "
+        f"plays held-out seeds 0..{episodes - 1} greedily. Success: FrozenLake goal, Taxi delivery. The mean is "
+        f"over training seeds and held-out seeds, its 95% interval a bootstrap over held-out seeds (2,000 "
+        f"resamples; it leaves out the spread between training seeds, which {len(seeds)} seeds cannot measure).", "",
+        "| env | env steps | held-out success per training seed | mean [95% interval] | train seconds (median) |",
+        "|---|---|---|---|---|", *rows])
 
 
 if __name__ == "__main__":

@@ -424,6 +424,16 @@ def test_learning_benchmark_rebuilds_the_run_env():
     assert len(set(env_controls(["env=gym", "env.id=FrozenLake-v1"]))) == 4  # the env's own controls, no texts given
 
 
+def test_learning_benchmark_leaves_out_fixed_controls_the_env_masks():
+    """Taxi masks every control at some step (walls, pick-ups away from the passenger): no fixed baseline there."""
+    from jetgym.scripts.bench_learning import fixed_returns
+
+    taxi = fixed_returns(["env=taxi"], (0, 2), ["move south", "pick up the passenger"])
+    assert taxi == {"move south": None, "pick up the passenger": None}
+    still = fixed_returns(["env=frozenlake", "env.kwargs.is_slippery=false"], (0, 2), ["move down"])
+    assert still == {"move down": 0.0}  # straight down from the start falls into the hole at row 1
+
+
 def test_bf16_autocast_is_refused_on_a_cpu_without_native_bf16(monkeypatch, tmp_path):
     import jetgym.scripts.config as config
     from jetgym.scripts.config import compose, to_config
