@@ -1,8 +1,8 @@
 """Controllers: an observation and its candidate set in, an action out. Cheap to import (no torch, no vizdoom).
 
 Agents registered here (`make_agent(name, ...)`): `scorer` (asks a candidate scorer, e.g. JET, on any env with
-discrete actions), `random` (uniform over the admissible candidates) and `scripted` (a small hand-written ViZDoom
-policy on pixel features). Describers (`jetgym.agents.describers`) turn observations into text.
+discrete actions), `random` (uniform over the admissible candidates) and `scripted` (hand-written experts: ViZDoom on
+pixel features, Taxi by shortest routes). Describers (`jetgym.agents.describers`) turn observations into text.
 """
 
 from .base import Act, Agent, AgentBase, AGENTS, available_agents, make_agent

@@ -50,6 +50,9 @@ class FixedAgent(AgentBase):
                          + ", ".join(f"{label} ({text!r})" for label, text in zip(candidates.labels, candidates.texts)))
 
 
+AIMS = ("turn", "strafe")  # how the scripted agent steers toward what it sees in ViZDoom
+
+
 @AGENTS.register("scripted")
 class ScriptedAgent(AgentBase):
     """Hand-written experts, for baselines and demonstrations (`jetgym-train algorithm=bc`).
@@ -58,12 +61,12 @@ class ScriptedAgent(AgentBase):
     `move forward` when the status shows no ammo counter, e.g. health gathering); otherwise turn toward the
     largest thing seen (`aim="strafe"`: strafe toward it, which does not overshoot a target on the far wall
     as turning does in basic); nothing seen -> keep turning the way it last turned (left at first; `move
-    forward` without an ammo counter). Taxi (`env` given): a shortest route on the env's map to the passenger, `pick up`,
-    a shortest route to the destination, `drop off`; ties go to the earliest of south, north, east, west.
-    Deterministic."""
+    forward` without an ammo counter). Taxi (`env` given): a shortest route on the env's map to the
+    passenger, `pick up`, a shortest route to the destination, `drop off`; ties go to the earliest of south,
+    north, east, west. Deterministic."""
 
     def __init__(self, env=None, aim: str = "turn"):
-        if aim not in ("turn", "strafe"):
+        if aim not in AIMS:
             raise ValueError(f"the scripted agent's aim must be 'turn' or 'strafe', got {aim!r}")
         self.aim = aim
         self.turns: dict[int, str] = {}

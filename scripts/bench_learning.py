@@ -239,9 +239,11 @@ def main(argv=None) -> None:
         curve_line = ("Learning curve (mean return of the episodes that ended in each update's rollout): "
                       + ", ".join(f"{r['env_steps']}: {r['mean_return']:.2f}" for r in log if r.get("mean_return") is not None) + ".")
     else:
+        floor = run["train"].get("min_return")
         how = (f"a behaviour-cloning run ({summary['updates']} updates on {summary['train_questions']} recorded decisions "
-               f"of {len(demonstration_seeds(run))} episodes, {summary['held_out_questions']} held out; training seed "
-               f"{summary['seed']})")
+               f"of {len(demonstration_seeds(run))} recorded episodes"
+               + ("" if floor is None else f", the ones with a return of at least {floor:g} cloned")
+               + f", {summary['held_out_questions']} held out; training seed {summary['seed']})")
         after = summary["held_out_after"] or {}
         curve_line = (f"Held-out decisions: gold NLL {summary['held_out_before']['held_out_gold_nll']:.3f} -> "
                       f"{after.get('held_out_gold_nll', float('nan')):.3f}, agreement with the demonstrator "

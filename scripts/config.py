@@ -18,6 +18,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from jetgym.agents import available_agents, available_describers
+from jetgym.agents.baselines import AIMS
 from jetgym.agents.prompt import check_examples
 from jetgym.agents.scoring import check_agent_options
 from jetgym.questions.sets import subsets_of
@@ -215,7 +216,6 @@ VECTORIZATIONS = ("sync", "async")
 
 
 AGENT_NAMES = tuple(available_agents())
-AIMS = ("turn", "strafe")
 
 
 @dataclass

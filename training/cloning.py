@@ -42,12 +42,11 @@ def cloning_questions(path: str | os.PathLike, env, agent, min_return: float | N
     questions: list[Question] = []
     episodes = [(episode, list(steps)) for episode, steps in
                 groupby(sorted(rows, key=lambda r: (r["episode"], r["step"])), key=lambda r: r["episode"])]
-    kept = [(e, steps) for e, steps in episodes
-            if min_return is None or sum(float(r["reward"]) for r in steps) >= min_return]
+    returns = [sum(float(r["reward"]) for r in steps) for _, steps in episodes]
+    kept = [pair for pair, total in zip(episodes, returns) if min_return is None or total >= min_return]
     if not kept:
-        best = max(sum(float(r["reward"]) for r in steps) for _, steps in episodes)
         raise ValueError(f"no episode of {path} has a return of at least train.min_return={min_return} (the best "
-                         f"has {best:g}): lower train.min_return or record better episodes")
+                         f"has {max(returns):g}): lower train.min_return or record better episodes")
     for episode, steps in kept:
         questions += _replay(path, env, agent, episode, steps)
     return questions
