@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import AGENTS, Act, AgentBase
+from .describers import env_family, representative
 from .perception import find_blobs
 
 
@@ -70,7 +71,7 @@ class ScriptedAgent(AgentBase):
             raise ValueError(f"the scripted agent's aim must be 'turn' or 'strafe', got {aim!r}")
         self.aim = aim
         self.turns: dict[int, str] = {}
-        self.taxi = TaxiRoutes(env) if _family(env) == "Taxi" else None
+        self.taxi = TaxiRoutes(env) if env_family(env) == "Taxi" else None
 
     def reset(self, seed: int | None = None, slot: int = 0) -> None:
         self.turns[slot] = "turn_left"
@@ -96,12 +97,6 @@ class ScriptedAgent(AgentBase):
         return _act(candidates, labels.index(label))
 
 
-def _family(env) -> str:
-    from .describers import env_family
-
-    return env_family(env) if env is not None else ""
-
-
 class TaxiRoutes:
     """Shortest routes on a Gymnasium Taxi map (`desc`: a wall `|` or an opening `:` between neighbouring
     cells; `locs`: the four stops). Actions: 0 south, 1 north, 2 east, 3 west, 4 pick up, 5 drop off."""
@@ -109,8 +104,6 @@ class TaxiRoutes:
     MOVES = ((1, 0), (-1, 0), (0, 1), (0, -1))
 
     def __init__(self, env):
-        from .describers import representative
-
         taxi = representative(env).unwrapped
         self.desc, self.locs, self.decode = taxi.desc, list(taxi.locs), taxi.decode
         self.rows, self.cols = len(self.desc) - 2, (len(self.desc[0]) - 1) // 2
