@@ -229,7 +229,7 @@ class JetgymLM(TemplateLM):
 
         questions, slots = request_groups(requests, self.max_length)
         if self.scorer.kept_prefix is None and self.scorer.options.reuse_prefix:
-            from jetgym.scorers.kernels import KeptPrefix
+            from jetgym.scorers.kernels.kept_prefix import KeptPrefix
 
             self.scorer.kept_prefix = KeptPrefix()
         scored = []

@@ -1,17 +1,17 @@
-"""`jet`'s schedules: encoded questions -> candidate log-likelihoods, built on `kernels.py`.
+"""`jet`'s schedules: encoded questions -> candidate log-likelihoods, built on the `kernels` package.
 
 Every schedule computes, for each candidate c with tokens (t1..tm) after prefix x,
     log p(c|x) = sum_k log_softmax(z(x, t<k))[tk]     (full vocabulary, teacher forcing)
 and differs only in how the forward calls are laid out:
 - independent: one full forward over prefix + candidate per candidate (the reference);
 - batched: the prefix once with a KV cache, then the continuations as one padded batch per group;
-- packed: prefix and continuations in ONE sequence laid out as a tree (`kernels.TreeCall`: each token sees
+- packed: prefix and continuations in ONE sequence laid out as a tree (`kernels.tree.TreeCall`: each token sees
   its own question's prefix and its own candidate's earlier tokens; explicit position ids). Several
   questions share that call as left-padded batch rows. Neighbouring questions whose prefixes begin with
   at least `min_shared` common tokens (e.g. the eight questions of one LIBERO frame) share one row whose
   common part runs once: common prefix -> each question's own prefix tail -> its candidates. A question
   too large for one call runs its prefix once with a cache and its continuations in packed groups.
-  Across calls (`kernels.KeptPrefix`, `jet`'s `reuse_prefix`): the last question's prefix keys are kept
+  Across calls (`kernels.kept_prefix.KeptPrefix`, `jet`'s `reuse_prefix`): the last question's prefix keys are kept
   from the call's own cache; the next call's rows whose prefixes begin with at least `min_shared` of those
   tokens run over a copy of them (`run_rows` from `start`), and rows that do not are hidden from them.
 The last candidate token is never fed: only its predecessor's logits are needed. Log-softmax runs
@@ -31,9 +31,12 @@ import copy
 import torch
 from transformers.cache_utils import DynamicCache
 
-from .kernels import (KeptPrefix, Scored, TreeCall, Work, add_scores, fed_tokens, greedy_groups, model_device,
-                      packed_tokens, prefix_call, prefix_inputs, row_batches, row_states, run_chains, run_rows,
-                      shared_rows, split_evenly, state_bytes)
+from .kernels.accounting import Scored, Work, fed_tokens, model_device, packed_tokens, state_bytes
+from .kernels.kept_prefix import KeptPrefix
+from .kernels.logprobs import add_scores
+from .kernels.packing import greedy_groups, row_batches, shared_rows, split_evenly
+from .kernels.prefix import prefix_call, prefix_inputs
+from .kernels.tree import TreeCall, row_states, run_chains, run_rows
 from .prompts import EncodedQuestion
 
 __all__ = ["Scored", "Work", "fed_tokens", "packed_tokens", "score_batched", "score_independent", "score_packed",

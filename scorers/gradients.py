@@ -26,7 +26,9 @@ from typing import Literal, Sequence
 import torch
 
 from .attention import grouped_rows
-from .kernels import fed_tokens, model_device, row_batches, row_layout, shared_rows
+from .kernels.accounting import fed_tokens, model_device
+from .kernels.packing import row_batches, shared_rows
+from .kernels.tree import row_layout
 from .prompts import EncodedQuestion
 
 GradSchedule = Literal["packed", "independent", "sequential"]

@@ -150,7 +150,7 @@ class JetScorer(ScorerBase):
         model, schedule = self.loaded.model, self.schedule
         if schedule == "packed":
             if self.options.reuse_prefix and self.kept_prefix is None:
-                from .kernels import KeptPrefix
+                from .kernels.kept_prefix import KeptPrefix
 
                 self.kept_prefix = KeptPrefix()
             scored = execution.score_packed_many(model, encoded, self.options.max_batch_tokens,

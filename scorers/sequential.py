@@ -23,7 +23,8 @@ import copy
 import torch
 
 from .execution import score_with_prefix_cache
-from .kernels import Scored, gather_sums, model_device, state_bytes
+from .kernels.accounting import Scored, model_device, state_bytes
+from .kernels.logprobs import gather_sums
 from .prompts import EncodedQuestion
 
 

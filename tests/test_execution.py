@@ -75,7 +75,7 @@ def test_usage_counts_prefix_once_and_fed_tokens():
 
 
 def test_packed_visibility_isolates_candidates():
-    from jetgym.scorers.kernels import TreeCall
+    from jetgym.scorers.kernels.tree import TreeCall
 
     call = TreeCall()
     last = call.add_chain((1, 2), -1, 0)
@@ -97,7 +97,7 @@ def test_tree_call_visibility_is_ancestors_or_self():
     """Any forest (chains, forks, several roots, keys not in depth-first order): a key sees exactly its root path."""
     import torch
 
-    from jetgym.scorers.kernels import TreeCall
+    from jetgym.scorers.kernels.tree import TreeCall
 
     rng = random.Random(2)
     call = TreeCall()
@@ -131,7 +131,7 @@ def mixed_questions(rng):
 
 
 def test_shared_prefix_groups():
-    from jetgym.scorers.kernels import shared_prefix_groups
+    from jetgym.scorers.kernels.packing import shared_prefix_groups
 
     s, t = tuple(range(10)), tuple(range(20, 32))
     prefixes = [s + (90, 1), s + (91,), s, (60, 61, 62), t + (1,), t + (2,)]

@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from jetgym.scorers.execution import score_packed_many  # noqa: E402
-from jetgym.scorers.kernels import KeptPrefix  # noqa: E402
+from jetgym.scorers.kernels.kept_prefix import KeptPrefix  # noqa: E402
 from jetgym.scorers.prompts import EncodedQuestion  # noqa: E402
 
 from tiny_models import random_question, tiny_llama  # noqa: E402

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from jetgym.scorers import execution
-from jetgym.scorers.kernels import KeptPrefix
+from jetgym.scorers.kernels.kept_prefix import KeptPrefix
 from jetgym.scorers.prompts import EncodedQuestion
 from tiny_models import VOCAB, frame_questions, random_question, tiny_llama, tiny_qwen3, tiny_qwen3_sliding
 
@@ -189,7 +189,7 @@ def test_scorer_decide_loop_equals_independent_and_reuse_off(normalization):
     """Sequential `decide` calls: equal to the independent schedule, to `reuse_prefix=False`, and to one
     `decide_many`; the candidate priors of pmi/contextual run through the same packed schedule."""
     from jetgym.scorers import make_scorer
-    from jetgym.scorers.kernels import common_length
+    from jetgym.scorers.kernels.packing import common_length
     from tiny_models import ByteTokenizer
 
     loaded, questions = loaded_tiny(), steps_then_other()

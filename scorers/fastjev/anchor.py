@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from transformers import cache_utils as cu
 
-from jetgym.scorers.kernels import live_bytes
+from jetgym.scorers.kernels.accounting import live_bytes
 
 
 @dataclass

@@ -36,7 +36,7 @@ def layer_scores(scorer, questions, progress: bool = True) -> list[list[float]]:
     from .packed import PackedGroup
     from .segmented import score_segmented
     from .trie import CandidateTrie
-    from jetgym.scorers.kernels import greedy_groups
+    from jetgym.scorers.kernels.packing import greedy_groups
 
     n_layers = scorer.n_layers
     encoded = [scorer.encode(q)[1] for q in questions]

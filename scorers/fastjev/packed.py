@@ -1,11 +1,11 @@
 """The packed schedule (attention-only models): every fed trie node of a question in ONE forward call.
 
-The call is a `kernels.TreeCall`: each question's prefix is a chain and its fed trie nodes hang from the
+The call is a `kernels.tree.TreeCall`: each question's prefix is a chain and its fed trie nodes hang from the
 prefix's last token (a node's parent key is its trie parent's), so a token sees its own question's prefix
 and its ancestor-or-self trie nodes, nothing else; it runs as tree attention (`tree_attention.py`) in one
 batch row. Several questions share a call, and neighbouring questions whose prefixes begin with at least
 `min_shared` common tokens share that part once (common prefix -> each question's own prefix tail -> its
-trie; `kernels.shared_rows`). Without pruning, prefixes and nodes share one call; with pruning the prefixes
+trie; `kernels.packing.shared_rows`). Without pruning, prefixes and nodes share one call; with pruning the prefixes
 run first with every layer (their cache is the anchor), then the nodes run over it with the mask's layers
 skipped. Nodes beyond max_batch_tokens run as further calls over the grown cache (a call holds at most
 max_batch_tokens nodes, parents before children).
@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import torch
 
-from jetgym.scorers.kernels import Scored, TreeCall, gather_by_owner, greedy_groups, model_device, shared_rows, split_evenly
+from jetgym.scorers.kernels.accounting import Scored, model_device
+from jetgym.scorers.kernels.logprobs import gather_by_owner
+from jetgym.scorers.kernels.packing import greedy_groups, shared_rows, split_evenly
+from jetgym.scorers.kernels.tree import TreeCall
 
 from .anchor import BranchCache, StateLedger, snapshot_prefix
 from .pruning import skipping

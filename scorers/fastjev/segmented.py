@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import torch
 
-from jetgym.scorers.kernels import Scored, prefix_call, run_chains
+from jetgym.scorers.kernels.accounting import Scored
+from jetgym.scorers.kernels.prefix import prefix_call
+from jetgym.scorers.kernels.tree import run_chains
 
 from .anchor import BranchCache, StateLedger, snapshot_prefix
 from .pruning import skipping
