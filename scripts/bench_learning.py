@@ -24,6 +24,7 @@ import shutil
 from pathlib import Path
 
 from jetgym.questions.bootstrap import episode_bootstrap, paired_episode_bootstrap
+from jetgym.runs.folder import read_jsonl
 from jetgym.scripts.benchmarks_doc import docs_dir, write_results
 
 
@@ -107,10 +108,10 @@ def hydra_value(value) -> str:
 
 def demonstration_seeds(run: dict) -> set[int]:
     """The episode seeds of a behaviour-cloning run's demonstrations (none for PPO)."""
-    path = run["train"].get("demonstrations")
-    if run.get("algorithm") != "bc" or not path:
+    paths = run["train"].get("demonstrations")
+    if run.get("algorithm") != "bc" or not paths:
         return set()
-    return {json.loads(line)["seed"] for line in Path(path).read_text().splitlines() if line.strip()}
+    return {row["seed"] for path in ([paths] if isinstance(paths, str) else paths) for row in read_jsonl(path)}
 
 
 def evaluate_sft(folder: Path, summary: dict, args) -> None:
@@ -188,9 +189,13 @@ def main(argv=None) -> None:
     parser.add_argument("--tuning-seed", type=int, default=500)
     parser.add_argument("--tuning-episodes", type=int, default=10)
     parser.add_argument("--success", choices=SUCCESS_RULES, default="positive-return")
+    parser.add_argument("--num-envs", type=int, default=1,
+                        help="held-out episodes the scorers play at once (a vector env; each keeps its seed)")
     parser.add_argument("--output-dir", default="outputs/bench-learning")
     parser.add_argument("--docs", action="store_true")
     args = parser.parse_args(argv)
+    if args.num_envs < 1:
+        parser.error(f"--num-envs must be >= 1, got {args.num_envs}")
     folder = Path(args.run)
     try:
         summary = json.loads((folder / "summary.json").read_text())
@@ -209,8 +214,9 @@ def main(argv=None) -> None:
     fixed_scores = fixed_returns(base, tuning, controls)
     playable = {c: total for c, total in fixed_scores.items() if total is not None}
     best = max(playable, key=playable.get) if playable else None
-    agents = {"trained": play(base, "scorer", held, adapter=str(folder / "adapter")),
-              "zero-shot": play(base, "scorer", held), "random": play(base, "random", held)}
+    batched = base + [f"env.num_envs={args.num_envs}"]
+    agents = {"trained": play(batched, "scorer", held, adapter=str(folder / "adapter")),
+              "zero-shot": play(batched, "scorer", held), "random": play(base, "random", held)}
     if best is not None:
         agents[f"fixed ({best})"] = play(base, "fixed", held, control=best)
     seeds = list(range(*held))
@@ -220,7 +226,7 @@ def main(argv=None) -> None:
     for name, episodes in agents.items():
         returns, wins = [e["return"] for e in episodes], [success(e, args.success) for e in episodes]
         r, s = episode_bootstrap(returns, seeds), episode_bootstrap(wins, seeds)
-        results["agents"][name] = {"return": r.to_dict(), "success": s.to_dict()}
+        results["agents"][name] = {"return": r.to_dict(), "success": s.to_dict(), "returns": returns, "successes": wins}
         rows.append(f"| {name} | {r.estimate:.3f} [{r.low:.3f}, {r.high:.3f}] | {s.estimate:.2f} [{s.low:.2f}, {s.high:.2f}] |")
     trained = [e["return"] for e in agents["trained"]]
     paired = []
@@ -250,7 +256,8 @@ def main(argv=None) -> None:
                       f"{100 * summary['held_out_before']['held_out_accuracy']:.1f}% -> "
                       f"{100 * after.get('held_out_accuracy', float('nan')):.1f}%.") if summary["held_out_before"] else ""
     body = [f"## train-{args.name}", "",
-            f"Command: `jetgym-bench-learning RUN --name {args.name} --episodes {args.episodes}` on {how}; the run's "
+            f"Command: `jetgym-bench-learning RUN --name {args.name} --episodes {args.episodes}"
+            + (f" --num-envs {args.num_envs}" if args.num_envs > 1 else "") + f"` on {how}; the run's "
             f"settings: `{json.dumps({k: run['train'][k] for k in run['train'] if run['train'][k] is not None}, sort_keys=True)}`, "
             f"env `{run['env']['id']}` `{json.dumps(run['env']['kwargs'], sort_keys=True)}`.", "",
             f"Held-out seeds {held[0]}..{held[1] - 1} ("

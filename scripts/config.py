@@ -328,12 +328,14 @@ def _train_schema():
 
     extra = [("env_steps", int, field(default=2048)), ("autocast", bool, field(default=False)),
              ("checkpoint_every", int, field(default=1)), ("held_out", float, field(default=0.5)),
-             ("demonstrations", Optional[str], field(default=None)), ("min_return", Optional[float], field(default=None))]
+             ("demonstrations", Optional[Any], field(default=None)), ("min_return", Optional[float], field(default=None)),
+             ("relabel", Optional[str], field(default=None))]
     return schema("TrainOptionsConfig", [PPOOptions, SFTOptions, LoraOptions], optional=True, extra=extra)
 
 
 TrainOptionsConfig = _train_schema()
 ALGORITHMS = ("ppo", "sft", "bc")
+RELABELERS = {"scripted": "turn", "scripted-strafe": "strafe"}  # train.relabel -> the scripted expert's aim
 
 
 @dataclass
@@ -342,7 +344,9 @@ class TrainConfig:
     questions of `dataset`) or `bc` (behaviour cloning: the episodes of `train.demonstrations`, a steps.jsonl,
     replayed in `env`; `jetgym.training.cloning`). sft and bc hold a `train.held_out` fraction of the episodes
     (or questions) out and evaluate it before training and after each epoch (`jetgym.training.sft.split_held_out`);
-    bc with `train.min_return` clones only the episodes whose return is at least that.
+    bc with `train.min_return` clones only the episodes whose return is at least that; `train.demonstrations` may
+    be a list of steps.jsonl files (pooled), and `train.relabel=scripted` (`scripted-strafe`: the strafing ViZDoom
+    expert) takes each replayed step's gold from the scripted expert instead of the record (DAgger).
     train: the algorithm's options (null: the library default), `env_steps` (PPO budget), `autocast` (bf16
     autocast for the updates), `checkpoint_every` (updates), the LoRA settings. output_dir: results folder."""
 
@@ -367,17 +371,31 @@ class TrainConfig:
         if self.train.autocast and self.placement.device == "cpu" and not cpu_has_native_bf16():
             raise ValueError("train.autocast=true on a CPU without native bf16 (AVX-512 BF16 or AMX): torch emulates "
                              "bf16 there, tens of times slower than float32; leave train.autocast=false")
+        if self.train.demonstrations is not None:
+            self.train.demonstrations = demonstration_paths(self.train.demonstrations)
         if (self.algorithm == "bc") != bool(self.train.demonstrations):
             raise ValueError("algorithm=bc (behaviour cloning) needs train.demonstrations=PATH, the steps.jsonl of a "
                              "jetgym-episode run, and no other algorithm reads it"
                              + ("" if self.algorithm == "bc" else f" (got algorithm={self.algorithm})"))
-        if self.train.min_return is not None and self.algorithm != "bc":
-            raise ValueError(f"train.min_return filters behaviour-cloning episodes: set it with algorithm=bc only "
-                             f"(got algorithm={self.algorithm})")
+        if self.train.relabel is not None:
+            check_choice("train.relabel", self.train.relabel, tuple(RELABELERS))
+        for name in ("min_return", "relabel"):
+            if getattr(self.train, name) is not None and self.algorithm != "bc":
+                raise ValueError(f"train.{name} is a behaviour-cloning option: set it with algorithm=bc only "
+                                 f"(got algorithm={self.algorithm})")
         _check_positive("train.env_steps", self.train.env_steps)
         _check_positive("train.checkpoint_every", self.train.checkpoint_every)
         if not 0 <= self.train.held_out < 1:
             raise ValueError(f"train.held_out must be a fraction in [0, 1), got {self.train.held_out}")
+
+
+def demonstration_paths(value) -> list[str]:
+    """`train.demonstrations` as a list of paths: one path, or a list of them (`train.demonstrations=[A,B]`)."""
+    paths = [value] if isinstance(value, str) else value
+    if not isinstance(paths, (list, tuple)) or not paths or not all(isinstance(p, str) and p for p in paths):
+        raise ValueError(f"train.demonstrations must be a steps.jsonl path or a non-empty list of them "
+                         f"(train.demonstrations=[A,B]), got {value!r}")
+    return list(paths)
 
 
 ConfigStore.instance().store(name="train_schema", node=TrainConfig)

@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from jetgym.scripts.build import build_agent, make_env
 from jetgym.scripts.cli import save_hydra_config, start, user_errors
-from jetgym.scripts.config import CONFIG_PATH, TrainConfig, build_scorer, to_config
+from jetgym.scripts.config import CONFIG_PATH, RELABELERS, TrainConfig, build_scorer, to_config
 
 
 def options_of(config: TrainConfig, cls) -> Any:
@@ -90,13 +90,18 @@ def _train(config: TrainConfig, record: dict, lora, out: str, shards, progress: 
 
 
 def _demonstrations(config: TrainConfig, single: TrainConfig, policy) -> list:
-    """The behaviour-cloning questions: `train.demonstrations` replayed in the configured env."""
+    """The behaviour-cloning questions: `train.demonstrations` replayed in the configured env (gold: the
+    recorded actions, or with `train.relabel` the scripted expert's)."""
+    from jetgym.agents import make_agent
     from jetgym.training.cloning import cloning_questions
 
     env = make_env(single)
     try:
         agent, _ = build_agent(single, scorer=policy.scorer, env=env)
-        return cloning_questions(config.train.demonstrations, env, agent, min_return=config.train.min_return)
+        relabel = config.train.relabel
+        expert = None if relabel is None else make_agent("scripted", env=env, aim=RELABELERS[relabel])
+        return cloning_questions(config.train.demonstrations, env, agent, min_return=config.train.min_return,
+                                 expert=expert)
     finally:
         env.close()
 

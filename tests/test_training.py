@@ -291,14 +291,16 @@ def test_held_out_split_keeps_episodes_whole():
     assert split_held_out(flat, 0.0) == (flat, [])
 
 
-def recorded_steps(tiny_folder, out, *extra) -> list[dict]:
-    """Episodes of the random agent on non-slippery FrozenLake, recorded by jetgym-episode."""
+FROZEN_STILL = ("env=frozenlake", "env.kwargs.is_slippery=false")
+
+
+def recorded_steps(tiny_folder, out, *extra, env=FROZEN_STILL) -> list[dict]:
+    """Episodes of the random agent (on non-slippery FrozenLake by default), recorded by jetgym-episode."""
     from jetgym.scripts.config import compose
     from jetgym.scripts.episode import run_episodes
 
-    run_episodes(compose("episode", [f"model.spec={tiny_folder}", "env=frozenlake", "env.kwargs.is_slippery=false",
-                                     "agent=random", "episodes=3", "seed=5", "video=false", f"output_dir={out}",
-                                     *extra]), quiet=True)
+    run_episodes(compose("episode", [f"model.spec={tiny_folder}", *env, "agent=random", "episodes=3", "seed=5",
+                                     "video=false", f"output_dir={out}", *extra]), quiet=True)
     return [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
 
 
@@ -374,9 +376,46 @@ def test_behaviour_cloning_keeps_the_episodes_above_min_return(tiny_folder, tmp_
     with pytest.raises(ValueError, match=r"no episode of .*steps.jsonl has a return of at least "
                                          r"train.min_return=100.0 \(the best has [01]\): lower train.min_return"):
         cloning_questions(path, env, agent, min_return=100.0)
-    with pytest.raises(ValueError, match="train.min_return filters behaviour-cloning episodes: set it with "
+    with pytest.raises(ValueError, match="train.min_return is a behaviour-cloning option: set it with "
                                          "algorithm=bc only"):
         to_config(compose("train", ["train.min_return=0", f"output_dir={tmp_path / 'x'}"]))
+
+
+def test_dagger_relabels_the_replayed_steps_with_the_expert(tiny_folder, tmp_path):
+    """Random Taxi episodes cut at 12 steps, pooled from two files and replayed without the cut: the env follows
+    the record, the gold is the shortest-route driver's action on each replayed state."""
+    from jetgym.agents.baselines import TaxiRoutes
+    from jetgym.scripts.build import make_env
+    from jetgym.scripts.config import compose, to_config
+    from jetgym.training.cloning import cloning_questions
+
+    paths = []
+    for k in range(2):
+        recorded_steps(tiny_folder, tmp_path / f"play{k}", f"seed={10 * k}",
+                       env=("env=taxi", "env.kwargs.max_episode_steps=12"))
+        paths.append(tmp_path / f"play{k}" / "steps.jsonl")
+    rows = [[json.loads(line) for line in path.read_text().splitlines()] for path in paths]
+    env = make_env(to_config(compose("episode", ["env=taxi"])))
+    agent = make_agent("scorer", scorer=tiny_scorer(), task="Drive.", describer=lambda o: f"state {o}")
+    questions = cloning_questions(paths, env, agent, expert=make_agent("scripted", env=env))
+    assert len(questions) == sum(map(len, rows)) and rows[0][-1]["truncated"]
+    routes = TaxiRoutes(env)
+    for (k, row), question in zip([(k, r) for k, file in enumerate(rows) for r in file], questions):
+        assert question.id == f"steps-{k}/episode-{row['episode']}/step-{row['step']}/action"
+        if row["step"] == 0:
+            state, info = env.reset(seed=row["seed"])
+        candidates = info["candidates"]
+        expert = candidates.texts[list(candidates.actions).index(routes.action(int(state)))]
+        assert question.candidates[question.gold] == expert
+        state, _, _, _, info = env.step(candidates.actions[candidates.labels.index(row["action"])])
+    assert sum(q.candidates[q.gold] != r["text"] for q, r in zip(questions, rows[0] + rows[1])) > 0
+    bad = {"train.relabel=bogus": "unknown train.relabel 'bogus'; known: scripted, scripted-strafe",
+           "train.relabel=scripted": "train.relabel is a behaviour-cloning option: set it with algorithm=bc only",
+           "train.demonstrations=[]": r"train.demonstrations must be a steps.jsonl path or a non-empty list of them"}
+    for override, message in bad.items():
+        extra = ["algorithm=bc"] if "demonstrations" in override else []
+        with pytest.raises(ValueError, match=message):
+            to_config(compose("train", [override, *extra, f"output_dir={tmp_path / 'x'}"]))
 
 
 def test_scripted_taxi_driver_takes_a_shortest_route():
@@ -432,6 +471,20 @@ def test_learning_benchmark_leaves_out_fixed_controls_the_env_masks():
     assert taxi == {"move south": None, "pick up the passenger": None}
     still = fixed_returns(["env=frozenlake", "env.kwargs.is_slippery=false"], (0, 2), ["move down"])
     assert still == {"move down": 0.0}  # straight down from the start falls into the hole at row 1
+
+
+def test_learning_benchmark_reads_every_demonstration_file_and_refuses_bad_counts(tmp_path, capsys):
+    from jetgym.scripts.bench_learning import demonstration_seeds, main
+
+    for k, seeds in enumerate(((1, 2), (7,))):
+        (tmp_path / f"{k}.jsonl").write_text("".join(json.dumps({"seed": s}) + "\n" for s in seeds))
+    files = [str(tmp_path / "0.jsonl"), str(tmp_path / "1.jsonl")]
+    assert demonstration_seeds({"algorithm": "bc", "train": {"demonstrations": files}}) == {1, 2, 7}
+    assert demonstration_seeds({"algorithm": "bc", "train": {"demonstrations": files[1]}}) == {7}
+    assert demonstration_seeds({"algorithm": "ppo", "train": {"demonstrations": None}}) == set()
+    with pytest.raises(SystemExit):
+        main([str(tmp_path), "--name", "x", "--num-envs", "0"])
+    assert "--num-envs must be >= 1, got 0" in capsys.readouterr().err
 
 
 def test_bf16_autocast_is_refused_on_a_cpu_without_native_bf16(monkeypatch, tmp_path):
