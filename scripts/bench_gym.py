@@ -10,8 +10,8 @@
 
 The model runs in the dtype `jetgym-episode` uses (`placement.dtype=auto`: bf16 on CPUs with native bf16).
 
-    nice .venv/bin/python -m jetgym.scripts.bench_gym --docs
-    nice .venv/bin/python -m jetgym.scripts.bench_gym --model-episodes frozenlake=100 taxi=20 --rounds 2
+    nice .venv/bin/jetgym-bench-gym --docs
+    nice .venv/bin/jetgym-bench-gym --model-episodes frozenlake=100 taxi=20 --rounds 2
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def render(results: dict, episodes: int, model_episodes: dict[str, int], seed: i
     lines = [
         "## Gymnasium toy text: FrozenLake-v1 and Taxi-v4",
         "",
-        f"`nice .venv/bin/python -m jetgym.scripts.bench_gym --episodes {episodes} --model-episodes {counts} --docs` "
+        f"`nice .venv/bin/jetgym-bench-gym --episodes {episodes} --model-episodes {counts} --docs` "
         f"({results['machine']}, {results['dtype']}, embedded SmolLM2-135M-Instruct, jet scorer, chat template; "
         f"whole run {results['wall_seconds']:.0f} s). Ready configs `env=frozenlake` (4x4, slippery) and `env=taxi` "
         f"(the env's action mask removes illegal actions from the candidates); seeds {seed}.. ; played on "

@@ -1,4 +1,4 @@
-"""`python -m jetgym.scripts.bench_libero`: the embedded model and FastJEV on the shipped LIBERO-10 QA set.
+"""`jetgym-bench-libero`: the embedded model and FastJEV on the shipped LIBERO-10 QA set.
 
 Measures in one process (the same loaded model):
 1. accuracy per type of `jet` (chat template, describe perception) with 95% episode-bootstrap intervals,
@@ -112,7 +112,7 @@ def run(args) -> dict:
     jet_alone = make_scorer("jet", min_shared_prefix=0, **common)  # every question runs its own prefix
     sp = make_scorer("fastjev", components=["S", "P"], pruning_k=args.k, **common)
     tsp = make_scorer("fastjev", components=["T", "S", "P"], pruning_k=args.k, **common)
-    results = {"command": "python -m jetgym.scripts.bench_libero " + " ".join(sys.argv[1:]), "model": args.model,
+    results = {"command": "jetgym-bench-libero " + " ".join(sys.argv[1:]), "model": args.model,
                "dtype": "float32", "device": "cpu", "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                "machine": platform.processor() or platform.machine(), "k": args.k, "questions": len(questions)}
     results["tokens"] = trie_counts(tsp, questions)

@@ -1,6 +1,6 @@
 """MMLU-285 decision quality for each `normalization`, with template none and chat (embedded model).
 
-    python -m jetgym.scripts.bench_normalization [--docs] [--limit N] [--out DIR] [--templates none,chat] [--dtype float32]
+    jetgym-bench-normalization [--docs] [--limit N] [--out DIR] [--templates none,chat] [--dtype float32]
 
 Per template, two scorer passes over the questions: `contextual` (content-free premise
 "Question: N/A\\nAnswer:", the MMLU prompt with the question removed) and `pmi` (default premise "Answer:").
@@ -125,19 +125,19 @@ def render(results: dict, command: str) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--out", default="outputs/bench_normalization")
     parser.add_argument("--docs", action="store_true")
     parser.add_argument("--templates", default="none,chat")
     parser.add_argument("--dtype", default="float32")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     from jetgym.scripts.benchmarks_doc import write_results
 
     templates = tuple(args.templates.split(","))
     results = run(args.limit, templates=templates, dtype=args.dtype)
-    command = "python -m jetgym.scripts.bench_normalization" + (" --docs" if args.docs else "") + \
+    command = "jetgym-bench-normalization" + (" --docs" if args.docs else "") + \
         (f" --limit {args.limit}" if args.limit else "") + f" --templates {args.templates} --dtype {args.dtype}"
     name = "bench_normalization" if templates == ("none", "chat") else f"bench_normalization_{'_'.join(templates)}"
     path = write_results(args.out, name, results, render(results, command), docs=args.docs)

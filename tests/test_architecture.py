@@ -117,3 +117,15 @@ def test_architecture_doc_lists_the_imports_as_they_are():
     assert listed == actual
     for package, layer in LAYERS.items():
         assert f"| `{package}` | {layer} |" in table.group(1)
+
+
+def test_every_benchmark_has_a_console_script():
+    """Each `scripts/bench_*.py` is started by a `jetgym-bench-*` command whose target is its `main`."""
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    targets = {target: command for command, target in scripts.items()}
+    for path in sorted((ROOT / "scripts").glob("bench_*.py")):
+        target = f"jetgym.scripts.{path.stem}:main"
+        assert target in targets, f"{path.name} has no console script: add `jetgym-{path.stem.replace('_', '-')}`"
+        assert targets[target] == f"jetgym-{path.stem.replace('_', '-')}"
+        tree = ast.parse(path.read_text())
+        assert any(isinstance(node, ast.FunctionDef) and node.name == "main" for node in tree.body), path.name

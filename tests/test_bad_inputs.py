@@ -81,6 +81,19 @@ QUESTIONS = [
      "labels must match the candidates one to one"),
     ("labels-duplicate", {"context": "q", "candidates": ["a", "b"], "labels": ["A", "A"]}, ValueError,
      "labels must be distinct"),
+    # issue 27, item 5: mappings where lists belong, empty chat content
+    ("candidates-mapping", {"context": "q", "candidates": {"a": 1, "b": 2}}, TypeError,
+     "candidates must be a list of texts, not a mapping {'a': 1, 'b': 2}: pass a list (for a {label: text} mapping m: "
+     "candidates=list(m.values()), labels=list(m))"),
+    ("labels-mapping", {"context": "q", "candidates": ["x", "y"], "labels": {"A": 0, "B": 1}}, TypeError,
+     "labels must be a list of texts, not a mapping {'A': 0, 'B': 1}"),
+    ("content-empty", {"context": [{"role": "system", "content": ""}, {"role": "user", "content": "hi"}],
+                       "candidates": ["a", "b"]}, ValueError,
+     "chat message 0 (system) has empty content: give it a text, or leave the message out"),
+    ("content-whitespace", {"context": [{"role": "user", "content": " \n\t"}], "candidates": ["a", "b"]}, ValueError,
+     "chat message 0 (user) has empty content (only whitespace): give it a text, or leave the message out"),
+    ("context-whitespace", {"context": "   ", "candidates": ["a", "b"]}, ValueError,
+     "question context is empty (only whitespace): give the question's text"),
 ]
 
 

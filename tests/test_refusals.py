@@ -1,6 +1,6 @@
 """Inputs that cannot be right are refused, naming the field and the fix (issue 27, item 5): single-choice
-questions in a QA run, unknown or repeated keys in a question file, mapping candidates, empty chat content,
-and the scorer API's type errors."""
+questions in a QA run, unknown or repeated keys in a question file, and the scorer API's type errors (the bad
+questions themselves are in the table of `test_bad_inputs.py`)."""
 
 from __future__ import annotations
 
@@ -14,28 +14,6 @@ from jetgym.scorers import make_scorer
 from jetgym.scorers.base import naming_question
 from jetgym.scorers.types import Question
 from jetgym.scripts.config import compose
-
-QUESTIONS = [
-    ("candidates-mapping", {"context": "q", "candidates": {"a": 1, "b": 2}}, TypeError,
-     "candidates must be a list of texts, not a mapping {'a': 1, 'b': 2}: pass a list (for a {label: text} mapping m: "
-     "candidates=list(m.values()), labels=list(m))"),
-    ("labels-mapping", {"context": "q", "candidates": ["x", "y"], "labels": {"A": 0, "B": 1}}, TypeError,
-     "labels must be a list of texts, not a mapping {'A': 0, 'B': 1}"),
-    ("content-empty", {"context": [{"role": "system", "content": ""}, {"role": "user", "content": "hi"}],
-                       "candidates": ["a", "b"]}, ValueError,
-     "chat message 0 (system) has empty content: give it a text, or leave the message out"),
-    ("content-whitespace", {"context": [{"role": "user", "content": " \n\t"}], "candidates": ["a", "b"]}, ValueError,
-     "chat message 0 (user) has empty content (only whitespace): give it a text, or leave the message out"),
-    ("context-whitespace", {"context": "   ", "candidates": ["a", "b"]}, ValueError,
-     "question context is empty (only whitespace): give the question's text"),
-]
-
-
-@pytest.mark.parametrize("kwargs,error,fragment", [case[1:] for case in QUESTIONS], ids=[case[0] for case in QUESTIONS])
-def test_a_question_that_cannot_be_right_is_refused(kwargs, error, fragment):
-    with pytest.raises(error) as caught:
-        Question(**kwargs)
-    assert fragment in str(caught.value)
 
 
 def test_an_assistant_turn_with_tool_calls_may_have_empty_content():
