@@ -70,16 +70,52 @@ def _episode(number: int, seed: Optional[int], total: float, steps: int, info: d
     }
 
 
+def _state_key(obs) -> Any:
+    """A hashable copy of an observation (numbers, arrays, tuples and dicts of them)."""
+    if isinstance(obs, dict):
+        return tuple((key, _state_key(obs[key])) for key in sorted(obs))
+    if isinstance(obs, (tuple, list)):
+        return tuple(_state_key(o) for o in obs)
+    array = np.asarray(obs)
+    return (array.dtype.str, array.shape, array.tobytes())
+
+
+def _time_limit(env) -> int:
+    limit = getattr(getattr(env, "spec", None), "max_episode_steps", None)
+    if not limit:
+        raise ValueError("stop_loops needs an env with a time limit (gymnasium.make(..., max_episode_steps=N)): a "
+                         "loop without one never ends")
+    return int(limit)
+
+
 def play(env, agent, seed: int, number: int = 0, on_step: StepHook | None = None,
-         on_end: StepHook | None = None, progress: bool = False) -> dict:
-    """One seeded episode; returns its summary (return, length, end reason, decision time)."""
+         on_end: StepHook | None = None, progress: bool = False, stop_loops: bool = False) -> dict:
+    """One seeded episode; returns its summary (return, length, end reason, decision time).
+
+    stop_loops: for a deterministic env whose observation is its whole state, played by an agent whose choice
+    depends on the observation only (e.g. the scorer agent with memory 0 and argmax): a repeated observation
+    proves the episode repeats that loop to the time limit, so it stops there and the summary counts the rest
+    (the loop's rewards repeated to the limit, `length` the limit, truncated; `loop_steps`: the steps not played).
+    The caller vouches for determinism; nothing here can check it."""
     started = time.monotonic()
     obs, info = env.reset(seed=seed)
     agent.reset(seed)
     total, step, thinking = 0.0, 0, 0.0
     terminated = truncated = False
+    limit = _time_limit(env) if stop_loops else 0
+    visited: dict[Any, int] = {}
+    rewards: list[float] = []
+    rest = 0  # steps of a proven loop left unplayed
     bar = tqdm(desc=f"episode {number}", unit="step", disable=not progress, leave=False)
     while not (terminated or truncated):
+        if stop_loops:
+            key = _state_key(obs)
+            if key in visited:
+                loop, rest = rewards[visited[key]:], limit - step
+                total += sum(loop[k % len(loop)] for k in range(rest))
+                truncated = True
+                break
+            visited[key] = step
         candidates = _candidates(info)
         frame, seen = _frame(env), _status(info)
         tick = time.monotonic()
@@ -87,6 +123,7 @@ def play(env, agent, seed: int, number: int = 0, on_step: StepHook | None = None
         thinking += time.monotonic() - tick
         obs, reward, terminated, truncated, info = env.step(act.action)
         total += float(reward)
+        rewards.append(float(reward))
         row = _row(number, seed, step, act, candidates, seen, reward, total, terminated, truncated)
         if on_step is not None:
             on_step(row, frame)
@@ -94,6 +131,8 @@ def play(env, agent, seed: int, number: int = 0, on_step: StepHook | None = None
         bar.update()
     bar.close()
     episode = _episode(number, seed, total, step, info, terminated, truncated, thinking, started)
+    if rest:
+        episode.update(length=step + rest, end="loop", loop_steps=rest)
     if on_end is not None:
         on_end(episode, _frame(env))
     return episode
@@ -212,18 +251,23 @@ def play_vector(envs, agent, episodes: int, seed: int = 0, on_step: StepHook | N
 
 
 def rollout(env, agent, episodes: int = 1, seed: int = 0, on_step: StepHook | None = None,
-            on_end: StepHook | None = None, progress: bool = True, numbers: list[int] | None = None) -> list[dict]:
+            on_end: StepHook | None = None, progress: bool = True, numbers: list[int] | None = None,
+            stop_loops: bool = False) -> list[dict]:
     """Play `episodes` episodes with seeds seed, seed+1, ...; returns one summary dict per episode, in order.
 
     on_step(step_row, frame) after every decision; on_end(episode_row, last_frame) after every episode.
     A vector env (`num_envs`) plays its sub-envs at once (`play_vector`); frames are None there.
-    numbers: play only these of the episodes (episode n keeps seed + n), e.g. one rank's share."""
+    numbers: play only these of the episodes (episode n keeps seed + n), e.g. one rank's share.
+    stop_loops: end an episode at its first repeated observation and count the loop to the time limit (single
+    envs, deterministic env and agent only; see `play`)."""
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     if hasattr(env, "num_envs"):
         if numbers is not None:
             raise ValueError("a vector env plays all its episodes: pass numbers=None")
+        if stop_loops:
+            raise ValueError("stop_loops plays one env at a time: pass a single env, not a vector env")
         return play_vector(env, agent, episodes, seed, on_step, on_end, progress)
     numbers = range(episodes) if numbers is None else numbers
-    return [play(env, agent, seed + number, number, on_step, on_end, progress and len(numbers) == 1)
+    return [play(env, agent, seed + number, number, on_step, on_end, progress and len(numbers) == 1, stop_loops)
             for number in tqdm(numbers, desc="episodes", unit="ep", disable=not progress or len(numbers) <= 1)]

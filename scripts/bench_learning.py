@@ -40,7 +40,7 @@ def success(episode: dict, rule: str) -> float:
 
 
 def play(overrides: list[str], agent: str, seeds: tuple[int, int], adapter: str | None = None,
-         control: str | None = None, scorer=None) -> list[dict]:
+         control: str | None = None, scorer=None, stop_loops: bool = False) -> list[dict]:
     from jetgym.agents import rollout
     from jetgym.scripts.config import compose, to_config
     from jetgym.scripts.build import build_agent, make_env
@@ -51,7 +51,7 @@ def play(overrides: list[str], agent: str, seeds: tuple[int, int], adapter: str 
     env = make_env(config)
     try:
         built, _ = build_agent(config, scorer=scorer, env=env)
-        return rollout(env, built, seeds[1] - seeds[0], seeds[0], progress=True)
+        return rollout(env, built, seeds[1] - seeds[0], seeds[0], progress=True, stop_loops=stop_loops)
     finally:
         env.close()
 
@@ -106,12 +106,18 @@ def hydra_value(value) -> str:
     return json.dumps(value) if isinstance(value, str) else ("null" if value is None else json.dumps(value))
 
 
-def demonstration_seeds(run: dict) -> set[int]:
-    """The episode seeds of a behaviour-cloning run's demonstrations (none for PPO)."""
+def demonstration_episodes(run: dict) -> list[tuple[int, int, int]]:
+    """(file, episode, seed) of every episode of a behaviour-cloning run's demonstrations (none for PPO)."""
     paths = run["train"].get("demonstrations")
     if run.get("algorithm") != "bc" or not paths:
-        return set()
-    return {row["seed"] for path in ([paths] if isinstance(paths, str) else paths) for row in read_jsonl(path)}
+        return []
+    files = [paths] if isinstance(paths, str) else paths
+    return sorted({(k, row["episode"], row["seed"]) for k, path in enumerate(files) for row in read_jsonl(path)})
+
+
+def demonstration_seeds(run: dict) -> set[int]:
+    """The episode seeds of a behaviour-cloning run's demonstrations (none for PPO)."""
+    return {seed for _, _, seed in demonstration_episodes(run)}
 
 
 def evaluate_sft(folder: Path, summary: dict, args) -> None:
@@ -191,11 +197,16 @@ def main(argv=None) -> None:
     parser.add_argument("--success", choices=SUCCESS_RULES, default="positive-return")
     parser.add_argument("--num-envs", type=int, default=1,
                         help="held-out episodes the scorers play at once (a vector env; each keeps its seed)")
+    parser.add_argument("--stop-loops", action="store_true",
+                        help="deterministic envs only: end a scorer's episode at its first repeated observation and "
+                             "count the loop to the time limit (argmax without memory repeats it exactly)")
     parser.add_argument("--output-dir", default="outputs/bench-learning")
     parser.add_argument("--docs", action="store_true")
     args = parser.parse_args(argv)
     if args.num_envs < 1:
         parser.error(f"--num-envs must be >= 1, got {args.num_envs}")
+    if args.stop_loops and args.num_envs > 1:
+        parser.error("--stop-loops plays one env at a time: leave --num-envs at 1")
     folder = Path(args.run)
     try:
         summary = json.loads((folder / "summary.json").read_text())
@@ -204,6 +215,9 @@ def main(argv=None) -> None:
     run = summary["config"]
     if run.get("algorithm") == "sft":
         return evaluate_sft(folder, summary, args)
+    if args.stop_loops and run["agent"].get("memory"):
+        parser.error(f"--stop-loops needs a scorer whose choice depends on the observation only; this run's agent "
+                     f"quotes its last {run['agent']['memory']} actions (agent.memory)")
     base = ["env=gym", *env_overrides(run)]
     held = (args.seed, args.seed + args.episodes)
     overlap = sorted(demonstration_seeds(run) & set(range(*held)))
@@ -215,8 +229,8 @@ def main(argv=None) -> None:
     playable = {c: total for c, total in fixed_scores.items() if total is not None}
     best = max(playable, key=playable.get) if playable else None
     batched = base + [f"env.num_envs={args.num_envs}"]
-    agents = {"trained": play(batched, "scorer", held, adapter=str(folder / "adapter")),
-              "zero-shot": play(batched, "scorer", held), "random": play(base, "random", held)}
+    agents = {"trained": play(batched, "scorer", held, adapter=str(folder / "adapter"), stop_loops=args.stop_loops),
+              "zero-shot": play(batched, "scorer", held, stop_loops=args.stop_loops), "random": play(base, "random", held)}
     if best is not None:
         agents[f"fixed ({best})"] = play(base, "fixed", held, control=best)
     seeds = list(range(*held))
@@ -246,9 +260,15 @@ def main(argv=None) -> None:
                       + ", ".join(f"{r['env_steps']}: {r['mean_return']:.2f}" for r in log if r.get("mean_return") is not None) + ".")
     else:
         floor = run["train"].get("min_return")
-        how = (f"a behaviour-cloning run ({summary['updates']} updates on {summary['train_questions']} recorded decisions "
-               f"of {len(demonstration_seeds(run))} recorded episodes"
+        merged = run.get("unique")
+        decisions = (f"{summary['train_questions']} distinct recorded decisions (train.unique: "
+                     f"{summary['train_questions'] + merged['train_repeats_left_out']} with repeats)" if merged else
+                     f"{summary['train_questions']} recorded decisions")
+        how = (f"a behaviour-cloning run ({summary['updates']} updates on {decisions} "
+               f"of {len(demonstration_episodes(run))} recorded episodes"
                + ("" if floor is None else f", the ones with a return of at least {floor:g} cloned")
+               + ("" if not run["train"].get("relabel") else f", every step relabelled by the {run['train']['relabel']} "
+                  f"expert (DAgger)")
                + f", {summary['held_out_questions']} held out; training seed {summary['seed']})")
         after = summary["held_out_after"] or {}
         curve_line = (f"Held-out decisions: gold NLL {summary['held_out_before']['held_out_gold_nll']:.3f} -> "
@@ -257,7 +277,9 @@ def main(argv=None) -> None:
                       f"{100 * after.get('held_out_accuracy', float('nan')):.1f}%.") if summary["held_out_before"] else ""
     body = [f"## train-{args.name}", "",
             f"Command: `jetgym-bench-learning RUN --name {args.name} --episodes {args.episodes}"
-            + (f" --num-envs {args.num_envs}" if args.num_envs > 1 else "") + f"` on {how}; the run's "
+            + (f" --success {args.success}" if args.success != SUCCESS_RULES[0] else "")
+            + (f" --num-envs {args.num_envs}" if args.num_envs > 1 else "") + (" --stop-loops" if args.stop_loops else "")
+            + f"` on {how}; the run's "
             f"settings: `{json.dumps({k: run['train'][k] for k in run['train'] if run['train'][k] is not None}, sort_keys=True)}`, "
             f"env `{run['env']['id']}` `{json.dumps(run['env']['kwargs'], sort_keys=True)}`.", "",
             f"Held-out seeds {held[0]}..{held[1] - 1} ("
@@ -266,7 +288,11 @@ def main(argv=None) -> None:
             + (f"; the fixed control was picked on seeds {tuning[0]}..{tuning[1] - 1}" if best else
                "; no fixed control: the env's action mask removes every control at some step, so none can be "
                "played alone")
-            + "). fp32, argmax for the scorers. Mean [95% bootstrap interval over seeds].", "",
+            + "). fp32, argmax for the scorers. Mean [95% bootstrap interval over seeds]."
+            + (" A scorer's episode that came back to an observation it had seen was stopped there and counted to "
+               "the time limit, repeating the loop's rewards (exact for this deterministic env and the memoryless "
+               f"argmax scorer; {sum(e.get('end') == 'loop' for a in ('trained', 'zero-shot') for e in agents[a])} "
+               "episodes)." if args.stop_loops else ""), "",
             "| agent | return | success |", "|---|---|---|", *rows, "",
             "Paired return difference, trained minus each (same seeds resampled together): " + "; ".join(paired) + ".", "",
             curve_line,

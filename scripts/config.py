@@ -329,7 +329,7 @@ def _train_schema():
     extra = [("env_steps", int, field(default=2048)), ("autocast", bool, field(default=False)),
              ("checkpoint_every", int, field(default=1)), ("held_out", float, field(default=0.5)),
              ("demonstrations", Optional[Any], field(default=None)), ("min_return", Optional[float], field(default=None)),
-             ("relabel", Optional[str], field(default=None))]
+             ("relabel", Optional[str], field(default=None)), ("unique", bool, field(default=False))]
     return schema("TrainOptionsConfig", [PPOOptions, SFTOptions, LoraOptions], optional=True, extra=extra)
 
 
@@ -346,7 +346,9 @@ class TrainConfig:
     (or questions) out and evaluate it before training and after each epoch (`jetgym.training.sft.split_held_out`);
     bc with `train.min_return` clones only the episodes whose return is at least that; `train.demonstrations` may
     be a list of steps.jsonl files (pooled), and `train.relabel=scripted` (`scripted-strafe`: the strafing ViZDoom
-    expert) takes each replayed step's gold from the scripted expert instead of the record (DAgger).
+    expert) takes each replayed step's gold from the scripted expert instead of the record (DAgger). sft and bc with
+    `train.unique=true` train on each distinct question once per epoch and hold out only questions not trained on
+    (`jetgym.training.sft.distinct_split`).
     train: the algorithm's options (null: the library default), `env_steps` (PPO budget), `autocast` (bf16
     autocast for the updates), `checkpoint_every` (updates), the LoRA settings. output_dir: results folder."""
 
@@ -383,6 +385,9 @@ class TrainConfig:
             if getattr(self.train, name) is not None and self.algorithm != "bc":
                 raise ValueError(f"train.{name} is a behaviour-cloning option: set it with algorithm=bc only "
                                  f"(got algorithm={self.algorithm})")
+        if self.train.unique and self.algorithm == "ppo":
+            raise ValueError("train.unique merges repeated labelled questions: set it with algorithm=sft or bc only "
+                             "(got algorithm=ppo)")
         _check_positive("train.env_steps", self.train.env_steps)
         _check_positive("train.checkpoint_every", self.train.checkpoint_every)
         if not 0 <= self.train.held_out < 1:

@@ -54,7 +54,7 @@ def _train(config: TrainConfig, record: dict, lora, out: str, shards, progress: 
     from jetgym.training.options import PPOOptions, SFTOptions
     from jetgym.training.policy import Policy
     from jetgym.training.run import run_ppo, run_sft
-    from jetgym.training.sft import split_held_out
+    from jetgym.training.sft import distinct_split, split_held_out
 
 
     single = dataclasses.replace(config, env=dataclasses.replace(config.env, num_envs=1),
@@ -71,6 +71,8 @@ def _train(config: TrainConfig, record: dict, lora, out: str, shards, progress: 
             questions = _demonstrations(config, single, policy)
             record["env"], record["agent"] = dataclasses.asdict(config.env), dataclasses.asdict(config.agent)
         train_set, held_out = split_held_out(questions, config.train.held_out)
+        if config.train.unique:
+            train_set, held_out, record["unique"] = distinct_split(train_set, held_out)
         return run_sft(policy, train_set, options, out, held_out=held_out, seed=config.seed,
                        checkpoint_every=config.train.checkpoint_every, autocast=config.train.autocast,
                        config=record, progress=progress, shards=shards, on_start=on_start)

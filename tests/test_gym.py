@@ -395,3 +395,34 @@ def test_cli_bad_values(override, message):
 
     with pytest.raises(ValueError, match=re.escape(message)):
         to_config(compose("episode", ["env=taxi", override]))
+
+
+class NorthFirst:
+    """A memoryless driver: `move north` when admissible, else the last candidate (it loops under walls)."""
+
+    def reset(self, seed=None, slot=0):
+        pass
+
+    def act(self, observation, candidates, slot=0):
+        from jetgym.agents.base import Act
+
+        index = candidates.texts.index("move north") if "move north" in candidates.texts else len(candidates.texts) - 1
+        return Act(index, candidates.actions[index], candidates.labels[index], candidates.texts[index])
+
+
+def test_stop_loops_counts_a_proven_loop_exactly_as_playing_it_out():
+    """Taxi is deterministic and the driver memoryless: stopping at the first repeated state and repeating the
+    loop's rewards to the 200-step limit gives the returns and lengths of the episodes played to the end."""
+    texts = ["move south", "move north", "move east", "move west", "pick up", "drop off"]
+    env = CandidateActions(gym.make("Taxi-v4"), texts=texts)
+    played = rollout(env, NorthFirst(), 6, 30, progress=False)
+    stopped = rollout(env, NorthFirst(), 6, 30, progress=False, stop_loops=True)
+    assert [(e["return"], e["length"], e["truncated"]) for e in stopped] == \
+        [(e["return"], e["length"], e["truncated"]) for e in played]
+    assert all(e["end"] == "loop" and 0 < e["loop_steps"] < 200 for e in stopped)
+    with pytest.raises(ValueError, match="stop_loops plays one env at a time"):
+        rollout(make_vector_env("Taxi-v4", 2, texts=texts), NorthFirst(), 2, 0, progress=False, stop_loops=True)
+    with pytest.raises(ValueError, match=r"stop_loops needs an env with a time limit \(gymnasium.make\(..., "
+                                         r"max_episode_steps=N\)\)"):
+        rollout(CandidateActions(gym.make("Taxi-v4", max_episode_steps=None).unwrapped, texts=texts), NorthFirst(),
+                1, 0, progress=False, stop_loops=True)

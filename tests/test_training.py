@@ -387,6 +387,7 @@ def test_dagger_relabels_the_replayed_steps_with_the_expert(tiny_folder, tmp_pat
     from jetgym.agents.baselines import TaxiRoutes
     from jetgym.scripts.build import make_env
     from jetgym.scripts.config import compose, to_config
+    from jetgym.scripts.train import train
     from jetgym.training.cloning import cloning_questions
 
     paths = []
@@ -409,6 +410,13 @@ def test_dagger_relabels_the_replayed_steps_with_the_expert(tiny_folder, tmp_pat
         assert question.candidates[question.gold] == expert
         state, _, _, _, info = env.step(candidates.actions[candidates.labels.index(row["action"])])
     assert sum(q.candidates[q.gold] != r["text"] for q, r in zip(questions, rows[0] + rows[1])) > 0
+    summary = train(compose("train", [f"model.spec={tiny_folder}", "env=taxi", "algorithm=bc", "train.relabel=scripted",
+                                      f"train.demonstrations=[{paths[0]},{paths[1]}]", "train.unique=true",
+                                      "train.minibatch=8", "train.held_out=0.5", f"output_dir={tmp_path / 'bc'}"]),
+                    progress=False)
+    merged = summary["config"]["unique"]
+    assert summary["train_questions"] + summary["held_out_questions"] + merged["train_repeats_left_out"] \
+        + merged["held_out_repeats_left_out"] == len(questions)
     bad = {"train.relabel=bogus": "unknown train.relabel 'bogus'; known: scripted, scripted-strafe",
            "train.relabel=scripted": "train.relabel is a behaviour-cloning option: set it with algorithm=bc only",
            "train.demonstrations=[]": r"train.demonstrations must be a steps.jsonl path or a non-empty list of them"}
@@ -448,6 +456,25 @@ def test_scripted_taxi_driver_takes_a_shortest_route():
         make_agent("scripted").act(0, env.reset(seed=0)[1]["candidates"])
 
 
+def test_unique_trains_each_distinct_question_once_and_holds_out_only_unseen_ones(tmp_path):
+    from jetgym.scripts.config import compose, to_config
+    from jetgym.training.sft import distinct_split
+
+    def q(context, gold, id_):
+        return Question(context=context, candidates=["left", "right"], gold=gold, id=id_)
+
+    train = [q("at 1", 0, "a"), q("at 2", 1, "b"), q("at 1", 0, "c"), q("at 1", 1, "d")]  # d: same text, other gold
+    held = [q("at 2", 1, "e"), q("at 3", 0, "f"), q("at 3", 0, "g")]
+    kept, unseen, counts = distinct_split(train, held)
+    assert [x.id for x in kept] == ["a", "b", "d"] and [x.id for x in unseen] == ["f"]
+    assert counts == {"train_repeats_left_out": 1, "held_out_repeats_left_out": 2}
+    with pytest.raises(ValueError, match="train.unique compares question texts, and question 'i' has images"):
+        distinct_split([Question(context="x", candidates=["a", "b"], images=[np.zeros((2, 2, 3), np.uint8)], id="i")], [])
+    with pytest.raises(ValueError, match="train.unique merges repeated labelled questions: set it with "
+                                         "algorithm=sft or bc only"):
+        to_config(compose("train", ["train.unique=true", f"output_dir={tmp_path}"]))
+
+
 def test_learning_benchmark_rebuilds_the_run_env():
     """The env settings a run recorded (null, booleans, strings, lists) come back unchanged through Hydra."""
     from jetgym.scripts.bench_learning import env_controls, env_overrides
@@ -474,17 +501,27 @@ def test_learning_benchmark_leaves_out_fixed_controls_the_env_masks():
 
 
 def test_learning_benchmark_reads_every_demonstration_file_and_refuses_bad_counts(tmp_path, capsys):
-    from jetgym.scripts.bench_learning import demonstration_seeds, main
+    from jetgym.scripts.bench_learning import demonstration_episodes, demonstration_seeds, main
 
-    for k, seeds in enumerate(((1, 2), (7,))):
-        (tmp_path / f"{k}.jsonl").write_text("".join(json.dumps({"seed": s}) + "\n" for s in seeds))
+    for k, seeds in enumerate(((1, 2, 2), (1,))):  # file 0: episode 1 has two steps
+        rows = [{"episode": e, "seed": s} for e, s in zip((0, 1, 1), seeds)]
+        (tmp_path / f"{k}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     files = [str(tmp_path / "0.jsonl"), str(tmp_path / "1.jsonl")]
-    assert demonstration_seeds({"algorithm": "bc", "train": {"demonstrations": files}}) == {1, 2, 7}
-    assert demonstration_seeds({"algorithm": "bc", "train": {"demonstrations": files[1]}}) == {7}
+    assert demonstration_episodes({"algorithm": "bc", "train": {"demonstrations": files}}) == [(0, 0, 1), (0, 1, 2),
+                                                                                                 (1, 0, 1)]
+    assert demonstration_seeds({"algorithm": "bc", "train": {"demonstrations": files}}) == {1, 2}
+    assert demonstration_seeds({"algorithm": "bc", "train": {"demonstrations": files[1]}}) == {1}
     assert demonstration_seeds({"algorithm": "ppo", "train": {"demonstrations": None}}) == set()
     with pytest.raises(SystemExit):
         main([str(tmp_path), "--name", "x", "--num-envs", "0"])
     assert "--num-envs must be >= 1, got 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([str(tmp_path), "--name", "x", "--num-envs", "2", "--stop-loops"])
+    assert "--stop-loops plays one env at a time: leave --num-envs at 1" in capsys.readouterr().err
+    (tmp_path / "summary.json").write_text(json.dumps({"config": {"algorithm": "ppo", "agent": {"memory": 2}}}))
+    with pytest.raises(SystemExit):
+        main([str(tmp_path), "--name", "x", "--stop-loops"])
+    assert "this run's agent quotes its last 2 actions (agent.memory)" in capsys.readouterr().err
 
 
 def test_bf16_autocast_is_refused_on_a_cpu_without_native_bf16(monkeypatch, tmp_path):

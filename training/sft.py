@@ -8,6 +8,7 @@ question it was asked and the control it chose) train the same way.
 
 from __future__ import annotations
 
+import json
 from typing import Sequence
 
 import torch
@@ -84,3 +85,29 @@ def split_held_out(questions: Sequence[Question], fraction: float) -> tuple[list
     order = {name: k for k, name in enumerate(dict.fromkeys(group))}
     held = [order[name] % every == 1 for name in group]
     return ([q for q, h in zip(questions, held) if not h], [q for q, h in zip(questions, held) if h])
+
+
+def _question_key(question: Question) -> tuple:
+    if question.images:
+        raise ValueError(f"train.unique compares question texts, and question {question.id!r} has images: leave "
+                         f"train.unique=false for question sets with images")
+    return json.dumps(question.context, sort_keys=True), tuple(question.candidates), question.gold
+
+
+def distinct_split(train: Sequence[Question], held_out: Sequence[Question]) -> tuple[list, list, dict]:
+    """(train, held out, counts) with every question once (`train.unique`): a training question whose context,
+    candidates and gold equal an earlier one's is left out, and so is a held-out question that equals a training
+    one or an earlier held-out one, so the held-out split measures unseen questions. Repeats are common in
+    recorded episodes of deterministic envs (a loop visits the same states again and again)."""
+    seen: set[tuple] = set()
+
+    def first_time(question: Question) -> bool:
+        key = _question_key(question)
+        new = key not in seen
+        seen.add(key)
+        return new
+
+    kept_train = [q for q in train if first_time(q)]
+    kept_held = [q for q in held_out if first_time(q)]
+    return kept_train, kept_held, {"train_repeats_left_out": len(train) - len(kept_train),
+                                   "held_out_repeats_left_out": len(held_out) - len(kept_held)}
