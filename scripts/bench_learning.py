@@ -108,10 +108,12 @@ def hydra_value(value) -> str:
 
 def demonstration_episodes(run: dict) -> list[tuple[int, int, int]]:
     """(file, episode, seed) of every episode of a behaviour-cloning run's demonstrations (none for PPO)."""
+    from jetgym.scripts.config import demonstration_paths
+
     paths = run["train"].get("demonstrations")
     if run.get("algorithm") != "bc" or not paths:
         return []
-    files = [paths] if isinstance(paths, str) else paths
+    files = demonstration_paths(paths)
     return sorted({(k, row["episode"], row["seed"]) for k, path in enumerate(files) for row in read_jsonl(path)})
 
 
@@ -220,7 +222,9 @@ def main(argv=None) -> None:
                      f"quotes its last {run['agent']['memory']} actions (agent.memory)")
     base = ["env=gym", *env_overrides(run)]
     held = (args.seed, args.seed + args.episodes)
-    overlap = sorted(demonstration_seeds(run) & set(range(*held)))
+    recorded = demonstration_episodes(run)  # read once: the files can hold thousands of steps
+    used_seeds = {seed for _, _, seed in recorded}
+    overlap = sorted(used_seeds & set(range(*held)))
     if overlap:
         parser.error(f"held-out seeds {overlap[:5]} were demonstration episodes of this run: pass --seed beyond them")
     tuning = (args.tuning_seed, args.tuning_seed + args.tuning_episodes)
@@ -265,7 +269,7 @@ def main(argv=None) -> None:
                      f"{summary['train_questions'] + merged['train_repeats_left_out']} with repeats)" if merged else
                      f"{summary['train_questions']} recorded decisions")
         how = (f"a behaviour-cloning run ({summary['updates']} updates on {decisions} "
-               f"of {len(demonstration_episodes(run))} recorded episodes"
+               f"of {len(recorded)} recorded episodes"
                + ("" if floor is None else f", the ones with a return of at least {floor:g} cloned")
                + ("" if not run["train"].get("relabel") else f", every step relabelled by the {run['train']['relabel']} "
                   f"expert (DAgger)")
@@ -284,7 +288,7 @@ def main(argv=None) -> None:
             f"env `{run['env']['id']}` `{json.dumps(run['env']['kwargs'], sort_keys=True)}`.", "",
             f"Held-out seeds {held[0]}..{held[1] - 1} ("
             + ("training seeds are >= 1,000,000" if run["algorithm"] == "ppo" else
-               f"the demonstrations used seeds {min(demonstration_seeds(run))}..{max(demonstration_seeds(run))}")
+               f"the demonstrations used seeds {min(used_seeds)}..{max(used_seeds)}")
             + (f"; the fixed control was picked on seeds {tuning[0]}..{tuning[1] - 1}" if best else
                "; no fixed control: the env's action mask removes every control at some step, so none can be "
                "played alone")
