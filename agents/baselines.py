@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from jetgym.envs.vizdoom.expert import DoomExpert
+
 from .base import AGENTS, Act, AgentBase
 from .describers import env_family, representative
-from .perception import find_blobs
 
 
 def _act(candidates, index: int) -> Act:
@@ -51,30 +52,21 @@ class FixedAgent(AgentBase):
                          + ", ".join(f"{label} ({text!r})" for label, text in zip(candidates.labels, candidates.texts)))
 
 
-AIMS = ("turn", "strafe")  # how the scripted agent steers toward what it sees in ViZDoom
-
-
 @AGENTS.register("scripted")
 class ScriptedAgent(AgentBase):
     """Hand-written experts, for baselines and demonstrations (`jetgym-train algorithm=bc`).
 
-    ViZDoom, on the same pixel features as `perception=describe`: something in the crosshair -> `attack` (or
-    `move forward` when the status shows no ammo counter, e.g. health gathering); otherwise turn toward the
-    largest thing seen (`aim="strafe"`: strafe toward it, which does not overshoot a target on the far wall
-    as turning does in basic); nothing seen -> keep turning the way it last turned (left at first; `move
-    forward` without an ammo counter). Taxi (`env` given): a shortest route on the env's map to the
-    passenger, `pick up`, a shortest route to the destination, `drop off`; ties go to the earliest of south,
-    north, east, west. Deterministic."""
+    ViZDoom: `jetgym.envs.vizdoom.expert.DoomExpert` (`aim`: turn or strafe toward what it sees), one per slot.
+    Taxi (`env` given): a shortest route on the env's map to the passenger, `pick up`, a shortest route to the
+    destination, `drop off`; ties go to the earliest of south, north, east, west. Deterministic."""
 
     def __init__(self, env=None, aim: str = "turn"):
-        if aim not in AIMS:
-            raise ValueError(f"the scripted agent's aim must be 'turn' or 'strafe', got {aim!r}")
         self.aim = aim
-        self.turns: dict[int, str] = {}
+        self.doom = {0: DoomExpert(aim)}  # one per slot; made here first, so a bad aim fails at once
         self.taxi = TaxiRoutes(env) if env_family(env) == "Taxi" else None
 
     def reset(self, seed: int | None = None, slot: int = 0) -> None:
-        self.turns[slot] = "turn_left"
+        self.doom[slot] = DoomExpert(self.aim)
 
     def act_one(self, observation, candidates, slot: int) -> Act:
         if self.taxi is not None:
@@ -83,18 +75,8 @@ class ScriptedAgent(AgentBase):
         if not (isinstance(observation, dict) and {"screen", "status"} <= set(observation)):
             raise ValueError("the scripted agent plays ViZDoom and Taxi only (observation['screen'] and ['status'], "
                              "or a Taxi env); use agent=scorer or agent=random on other envs")
-        labels = list(candidates.labels)
-        shooter = "ammo" in observation["status"]
-        blobs = find_blobs(observation["screen"])
-        if any(b.in_crosshair for b in blobs):
-            label = "attack" if shooter and int(observation["status"]["ammo"]) > 0 else "move_forward"
-        elif blobs and self.aim == "strafe":
-            label = "strafe_left" if blobs[0].x < 0.5 else "strafe_right"
-        elif blobs:
-            label = self.turns[slot] = "turn_left" if blobs[0].x < 0.5 else "turn_right"
-        else:
-            label = self.turns.setdefault(slot, "turn_left") if shooter else "move_forward"
-        return _act(candidates, labels.index(label))
+        label = self.doom.setdefault(slot, DoomExpert(self.aim)).label(observation)
+        return _act(candidates, list(candidates.labels).index(label))
 
 
 class TaxiRoutes:

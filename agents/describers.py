@@ -12,7 +12,7 @@ returns one for an observation space:
 Generic describers print numbers with `digits` significant digits (`-0.47` stays `-0.47`, integers stay
 integers), name the components of a `Box` when the env documents them (an `observation_names` attribute on the
 env, or the table `COMPONENT_NAMES` for Gymnasium's classic-control and Box2D ids), and send image observations
-to `jetgym.agents.perception.describe` (`perception="describe"`) or, for vision-language models, to the
+to `jetgym.envs.vizdoom.perception.describe` (the ViZDoom screen sentence) (`perception="describe"`) or, for vision-language models, to the
 question's image (`screenshot=True` on the agent). Nothing but the observation (and fixed env facts such as the
 map of FrozenLake) is read.
 """
@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from jetgym.scorers.registry import Registry
-from .numbers import number_text
+from jetgym.envs.numbers import number_text
 
 Describe = Callable[[Any], str]
 MAX_NUMBERS = 64  # a Box with more numbers than this (and not an image) needs a describer of its own
@@ -142,7 +142,7 @@ def value_text(space, value, perception: str = "describe", digits: int = 4, name
         if perception != "describe":
             raise ValueError(f"an image observation {space} needs perception=describe (a sentence from its pixels) "
                              "or screenshot=true with a vision-language model")
-        from .perception import describe
+        from jetgym.envs.vizdoom.perception import describe
 
         return describe(_rgb(np.asarray(value)))
     if isinstance(space, spaces.Box):
@@ -253,17 +253,11 @@ def _is_doom(space, env) -> bool:
 
 @register_describer("doom", _is_doom)
 def doom(space, env=None, perception: str = "describe", digits: int = 4) -> Describe:
-    """`Status: health 100, ammo 26, kills 0.` and, with perception=describe, the pixel sentence of the screen."""
-    from .perception import describe
-    from .prompt import status_text
+    """`Status: health 100, ammo 26, kills 0.` and, with perception=describe, the pixel sentence of the screen
+    (`jetgym.envs.vizdoom.text`)."""
+    from jetgym.envs.vizdoom.text import observation_text
 
-    def text(observation) -> str:
-        lines = [status_text(observation["status"])]
-        if perception == "describe":
-            lines.append(describe(observation["screen"]))
-        return "\n".join(lines)
-
-    return text
+    return lambda observation: observation_text(observation, perception)
 
 
 TILES = {"S": "start", "F": "frozen", "H": "hole", "G": "goal"}

@@ -11,20 +11,9 @@ agent's own past choices and the candidate texts; nothing else is read from the 
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
-
-import numpy as np
-
-from .numbers import number_text
+from typing import Sequence
 
 QUESTION = "What should you do now? Answer with one control."
-
-
-def status_text(status: Mapping[str, np.ndarray]) -> str:
-    """`Status: health 100, ammo 26, kills 0.` in the observation's order (floats keep their decimals)."""
-    if not status:
-        return "Status: none shown."
-    return "Status: " + ", ".join(f"{name} {number_text(np.asarray(value).item())}" for name, value in status.items()) + "."
 
 
 def recent_text(recent: Sequence[str]) -> str:

@@ -11,7 +11,7 @@ import difflib
 import importlib
 import importlib.util
 
-# Gymnasium id -> scenario of jetgym.envs.vizdoom.SCENARIOS
+# Gymnasium id -> scenario of jetgym.envs.vizdoom.env.SCENARIOS
 DOOM_IDS: dict[str, str] = {
     "jetgym/DoomDefendTheCenter-v0": "defend_the_center",
     "jetgym/DoomDeadlyCorridor-v0": "deadly_corridor",
@@ -30,9 +30,9 @@ def register_envs() -> None:
 
     for env_id, scenario in DOOM_IDS.items():
         if env_id not in gymnasium.registry:
-            gymnasium.register(env_id, entry_point="jetgym.envs.vizdoom:DoomEnv", kwargs={"scenario": scenario})
+            gymnasium.register(env_id, entry_point="jetgym.envs.vizdoom.env:DoomEnv", kwargs={"scenario": scenario})
     if DOOM_ANY_ID not in gymnasium.registry:
-        gymnasium.register(DOOM_ANY_ID, entry_point="jetgym.envs.vizdoom:DoomEnv")
+        gymnasium.register(DOOM_ANY_ID, entry_point="jetgym.envs.vizdoom.env:DoomEnv")
     if TEXTWORLD_ID not in gymnasium.registry:
         gymnasium.register(TEXTWORLD_ID, entry_point="jetgym.envs.textworld:TextWorldEnv", max_episode_steps=100)
 

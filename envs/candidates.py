@@ -2,7 +2,7 @@
 
 It sits on any env with a `Discrete` action space; observations, rewards and actions pass through untouched.
 Texts come from, in order: the `texts` argument; the env's own `controls` (objects with `label` and `text`, as
-`jetgym.envs.vizdoom.CONTROLS`); MiniGrid's seven actions (`jetgym.envs.minigrid.ACTION_TEXTS`) for a MiniGrid env;
+`jetgym.envs.vizdoom.env.CONTROLS`); MiniGrid's seven actions (`jetgym.envs.minigrid.ACTION_TEXTS`) for a MiniGrid env;
 its Atari-style `get_action_meanings()`; else `action 0 … action n-1`, with a warning. At every reset and step the candidate set holds only the actions allowed now: an action mask in
 `info["action_mask"]` (as Taxi-v4 gives) or from an `action_masks()` method (the sb3-contrib convention) drops
 the masked ones, keeping the action order. The wrapper publishes the mask it used as `info["action_mask"]`

@@ -1,7 +1,6 @@
-"""Offline question sets (MMLU, JSONL): lists of scorer questions with gold answers, for `jetgym-qa`."""
+"""Offline question sets (MMLU, JSONL): lists of scorer questions with gold answers, for `jetgym-qa`. LIBERO's
+frames live with their env (`jetgym.envs.libero.questions`), registered here by name."""
 
 from .sets import SUBSETS, available_question_sets, load_question_set
 
 __all__ = ["SUBSETS", "available_question_sets", "load_question_set"]
-
-from . import libero as _libero  # noqa: E402,F401  (registers the "libero" question set)

@@ -17,7 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable
 
-from jetgym.scorers.registry import Registry
+from jetgym.scorers.registry import Registry, import_target
 from jetgym.scorers.types import Question
 
 SUBSETS = ("all", "per_subject_5")
@@ -25,14 +25,26 @@ MMLU_FIELDS = ("question", "answer_a", "answer_b", "answer_c", "answer_d", "corr
 MMLU_LETTERS = ("A", "B", "C", "D")
 
 QUESTION_SETS: Registry[Callable[..., list[Question]]] = Registry("question set")
+# Sets that live with their env are registered by "module:loader" (imported on first use, never at import).
+QUESTION_SETS.add("libero", "jetgym.envs.libero.questions:load_libero")
 
 
-def register_question_set(name: str, subsets: tuple[str, ...] = ("all",)):
-    """Decorator: register a loader `(subset, limit, path) -> list[Question]` under `name`, with the subsets it
-    accepts (kept on the loader as `subsets`: the registry is the one place that knows a set)."""
+def question_set(subsets: tuple[str, ...] = ("all",), report: str | None = None):
+    """Decorator: mark a loader `(subset, limit, path) -> list[Question]` with the subsets it accepts and,
+    optionally, the "module:function" of its report `(questions, responses, folder, path, atomic) -> dict`
+    (written beside the generic QA results)."""
     def decorator(loader):
-        loader.subsets = tuple(subsets)
-        return QUESTION_SETS.register(name)(loader)
+        loader.subsets, loader.report = tuple(subsets), report
+        return loader
+
+    return decorator
+
+
+def register_question_set(name: str, subsets: tuple[str, ...] = ("all",), report: str | None = None):
+    """Decorator: `question_set(subsets, report)` and register the loader under `name` (the registry is the
+    one place that knows a set)."""
+    def decorator(loader):
+        return QUESTION_SETS.register(name)(question_set(subsets, report)(loader))
 
     return decorator
 
@@ -43,6 +55,12 @@ def subsets_of(name: str) -> tuple[str, ...]:
         return tuple(getattr(QUESTION_SETS.get(name), "subsets", ("all",)))
     except LookupError:
         return ("all",)
+
+
+def report_of(name: str) -> Callable[..., dict] | None:
+    """The set's own report writer (see `question_set`), or None."""
+    target = getattr(QUESTION_SETS.get(name), "report", None)
+    return import_target(target) if target else None
 
 
 class QuestionSetError(ValueError):

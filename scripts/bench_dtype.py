@@ -150,7 +150,7 @@ def recorded_questions(steps: str, limit: int | None = None) -> list:
     against the nine controls."""
     from pathlib import Path
 
-    from jetgym.envs.vizdoom import CONTROLS
+    from jetgym.envs.vizdoom.env import CONTROLS
     from jetgym.runs.folder import read_jsonl
     from jetgym.scorers.types import Question
 
@@ -173,7 +173,7 @@ def recorded_questions(steps: str, limit: int | None = None) -> list:
 
 
 def load_questions(cfg: BenchDtypeConfig) -> list:
-    from jetgym.questions.libero import load_libero
+    from jetgym.envs.libero.questions import load_libero
     from jetgym.questions.sets import load_mmlu
 
     if cfg.questions == "libero":

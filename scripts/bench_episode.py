@@ -61,7 +61,7 @@ def folder_name(agent: str) -> str:
 
 def play(scenario: str, episodes: int, seed: int, out: Path, scorers: dict[str, list[str]]) -> dict:
     """Every agent on the same seeds; returns {"agents": {agent: {"returns": [...], ...}}, "scorers": {...}}."""
-    from jetgym.envs.vizdoom import CONTROLS
+    from jetgym.envs.vizdoom.env import CONTROLS
 
     base = [f"env={scenario}", f"episodes={episodes}", f"seed={seed}", "video=false"]
     agents = {**scorers, "random": ["agent=random"], "scripted": ["agent=scripted"]}

@@ -30,8 +30,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from jetgym.questions.libero import load_libero, parse_id
-from jetgym.questions.libero_report import compare_runs, libero_summary
+from jetgym.envs.libero.questions import load_libero, parse_id
+from jetgym.envs.libero.report import compare_runs, libero_summary
 from jetgym.scripts.benchmarks_doc import write_section
 
 

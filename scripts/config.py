@@ -18,7 +18,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from jetgym.agents import available_agents, available_describers
-from jetgym.agents.baselines import AIMS
+from jetgym.envs.vizdoom.expert import AIMS
 from jetgym.agents.prompt import check_examples
 from jetgym.agents.scoring import check_agent_options
 from jetgym.questions.sets import subsets_of

@@ -20,7 +20,7 @@ import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from jetgym.questions.sets import load_question_set  # noqa: E402
+from jetgym.questions.sets import load_question_set, report_of  # noqa: E402
 from jetgym.runs import qa as runner  # noqa: E402
 from jetgym.scripts.config import CONFIG_PATH, QAConfig, build_scorer, to_config  # noqa: E402
 
@@ -48,12 +48,12 @@ def run_qa(cfg: Any, output_dir: str | os.PathLike | None = None, started: float
     if not questions:
         raise ValueError(f"question set {config.dataset.name!r} holds no questions")
     reports = []
-    if config.dataset.name == "libero":  # per-type accuracy, baselines, episode-bootstrap intervals, examples
-        from jetgym.questions.libero_report import write_libero_report
+    report = report_of(config.dataset.name)  # a set's own report (LIBERO: per type, baselines, episode intervals)
+    if report is not None:
         from jetgym.runs.folder import atomic_file
 
-        reports.append(lambda qs, responses, folder: write_libero_report(qs, responses, folder, path=config.dataset.path,
-                                                                         atomic=atomic_file))
+        reports.append(lambda qs, responses, folder: report(qs, responses, folder, path=config.dataset.path,
+                                                            atomic=atomic_file))
     summary = runner.run_qa(
         questions, lambda: build_scorer(config), out, chunk_size=config.chunk_size, pipeline=config.pipeline,
         on_error=config.on_error, settings=run_settings(config), reports=reports, started=started,

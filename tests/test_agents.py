@@ -11,8 +11,9 @@ gym = pytest.importorskip("gymnasium")
 pytest.importorskip("cv2")
 
 from jetgym.agents import available_agents, make_agent  # noqa: E402
-from jetgym.agents.perception import describe, find_blobs  # noqa: E402
-from jetgym.agents.prompt import QUESTION, recent_text, status_text  # noqa: E402
+from jetgym.envs.vizdoom.perception import describe, find_blobs  # noqa: E402
+from jetgym.agents.prompt import QUESTION, recent_text  # noqa: E402
+from jetgym.envs.vizdoom.text import status_text  # noqa: E402
 from jetgym.envs.candidates import CandidateActions, CandidateSet  # noqa: E402
 from jetgym.scorers import make_scorer  # noqa: E402
 
@@ -171,7 +172,7 @@ def test_an_example_control_must_be_one_of_the_envs_controls():
 
 def test_question_from_a_live_env_matches_its_observation():
     pytest.importorskip("vizdoom")
-    from jetgym.envs.vizdoom import DoomEnv
+    from jetgym.envs.vizdoom.env import DoomEnv
 
     env = CandidateActions(DoomEnv("defend_the_center", episode_timeout=40))
     try:

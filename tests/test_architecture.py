@@ -12,8 +12,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # lower layers first; a package may import only packages of a lower layer (the top package re-exports lazily)
-LAYERS = {"jetgym.scorers": 0, "jetgym.envs": 1, "jetgym.agents": 1, "jetgym.questions": 2, "jetgym.runs": 3,
-          "jetgym.training": 4, "jetgym.integrations": 4, "jetgym.scripts": 5, "jetgym": 6}
+LAYERS = {"jetgym.scorers": 0, "jetgym.questions": 1, "jetgym.envs": 2, "jetgym.agents": 3, "jetgym.runs": 4,
+          "jetgym.training": 5, "jetgym.integrations": 5, "jetgym.scripts": 6, "jetgym": 7}
 
 
 def modules() -> dict[str, Path]:

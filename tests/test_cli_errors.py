@@ -156,7 +156,7 @@ def test_repeated_action_texts_name_the_env():
 
 
 def test_a_libero_path_that_is_not_hdf5_is_named(tmp_path):
-    from jetgym.questions.libero import load_libero
+    from jetgym.envs.libero.questions import load_libero
 
     path = tmp_path / "demo.hdf5"
     path.write_text('{"question": "not hdf5"}\n')

@@ -100,7 +100,7 @@ def test_bench_dtype_reads_the_questions_a_run_recorded(tmp_path):
     pytest.importorskip("vizdoom")
     import json
 
-    from jetgym.envs.vizdoom import CONTROLS
+    from jetgym.envs.vizdoom.env import CONTROLS
     from jetgym.scripts.bench_dtype import recorded_questions
 
     chat = [{"role": "system", "content": "Shoot."}, {"role": "user", "content": "Seen on screen: nothing."}]

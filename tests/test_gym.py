@@ -16,7 +16,7 @@ from gymnasium import spaces  # noqa: E402
 
 from jetgym.agents import make_agent, rollout  # noqa: E402
 from jetgym.agents.describers import make_describer, number_text  # noqa: E402
-from jetgym.agents.prompt import status_text  # noqa: E402
+from jetgym.envs.vizdoom.text import status_text  # noqa: E402
 from jetgym.envs.candidates import CandidateActions, CandidateSet, make_vector_env  # noqa: E402
 from jetgym.scorers import make_scorer  # noqa: E402
 

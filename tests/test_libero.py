@@ -14,10 +14,11 @@ import pytest
 
 h5py = pytest.importorskip("h5py")
 
-from jetgym.envs.libero import LiberoEpisode, LiberoFormatError, StepFacts, read_libero, upright  # noqa: E402
-from jetgym.questions import libero as L  # noqa: E402
-from jetgym.questions import libero_sim  # noqa: E402
-from jetgym.questions.libero_sim import step_predicates  # noqa: E402
+from jetgym.envs.libero.reader import (LiberoEpisode, LiberoFormatError, LiberoLabelError, StepFacts, read_libero,  # noqa: E402
+                                       split_instruction, upright)
+from jetgym.envs.libero import questions as L  # noqa: E402
+from jetgym.envs.libero import sim as libero_sim  # noqa: E402
+from jetgym.envs.libero.sim import step_predicates  # noqa: E402
 from jetgym.questions.bootstrap import draw_clusters, episode_bootstrap, paired_episode_bootstrap  # noqa: E402
 from jetgym.questions.sets import QUESTION_SETS  # noqa: E402
 
@@ -82,7 +83,7 @@ def test_thin_grasp_is_a_hold():
 
 def test_pick_and_place_split_counts_step_one_done_while_carrying():
     instruction = "pick up the book and place it in the back compartment of the caddy"
-    steps = L.split_instruction(instruction)
+    steps = split_instruction(instruction)
     assert steps == ("pick up the book", "place it in the back compartment of the caddy")
     goal = [["in", "black_book_1", "desk_caddy_1_back_contain_region"]]
     specs = step_predicates(steps, goal)
@@ -140,7 +141,7 @@ def test_done_is_the_goal_at_that_state_not_the_file_marks():
 def test_episode_without_facts_is_not_labelled():
     ep = make_episode([False] * 5)
     object.__setattr__(ep, "facts", None)
-    with pytest.raises(L.LiberoLabelError, match="has no simulator facts"):
+    with pytest.raises(LiberoLabelError, match="has no simulator facts"):
         L.frame_labels(ep, 0)
 
 
@@ -172,7 +173,7 @@ def test_direction_rule_axes_stay_threshold_and_last_frame():
     ("open the top drawer", ("open the top drawer",)),
 ])
 def test_split_instruction(instruction, steps):
-    assert L.split_instruction(instruction) == steps
+    assert split_instruction(instruction) == steps
 
 
 def test_frame_questions_kinds_ids_shared_context_and_no_state_leak():
@@ -265,12 +266,12 @@ def test_real_file_without_labels_or_simulator_is_refused(tmp_path, monkeypatch)
     path = tmp_path / "KITCHEN_SCENE1_task_demo.hdf5"
     write_real_layout(path)
     monkeypatch.setattr(libero_sim, "simulator_installed", lambda: False)
-    with pytest.raises(L.LiberoLabelError, match=r"demo_0 stores no simulator labels .* install it: pip install 'jetgym\[libero\]'"):
+    with pytest.raises(LiberoLabelError, match=r"demo_0 stores no simulator labels .* install it: pip install 'jetgym\[libero\]'"):
         L.load_libero(path=str(path))
     bare = tmp_path / "no_states_demo.hdf5"
     write_real_layout(bare, states=False)
     monkeypatch.setattr(libero_sim, "simulator_installed", lambda: True)
-    with pytest.raises(L.LiberoLabelError, match="demo_0 has no simulator `states`"):
+    with pytest.raises(LiberoLabelError, match="demo_0 has no simulator `states`"):
         L.load_libero(path=str(bare))
 
 
@@ -423,7 +424,7 @@ def _episodes_for_report():
 
 
 def test_report_writes_summary_chart_examples(tmp_path, fake_scorer):
-    from jetgym.questions.libero_report import compare_runs, write_libero_report
+    from jetgym.envs.libero.report import compare_runs, write_libero_report
     from jetgym.scorers import make_scorer
 
     questions = [q for ep in _episodes_for_report() for t in ep.frames for q in L.frame_questions(ep, t, perception="images")]
@@ -453,7 +454,7 @@ def test_env_passes_checker_and_replays_frames():
     gymnasium = pytest.importorskip("gymnasium")
     from gymnasium.utils.env_checker import check_env
 
-    from jetgym.envs.libero import LiberoFramesEnv
+    from jetgym.envs.libero.replay import LiberoFramesEnv
 
     eps = _episodes_for_report()
     with pytest.raises(TypeError, match=r"LiberoFramesEnv needs questions_for\(episode, step\)"):
@@ -476,7 +477,7 @@ def test_run_qa_end_to_end(tmp_path, fake_scorer):
         pytest.skip("shipped set not rendered")
     from hydra import compose, initialize_config_dir
 
-    from jetgym.questions.libero_report import write_libero_report
+    from jetgym.envs.libero.report import write_libero_report
     from jetgym.questions.sets import load_question_set
     from jetgym.scripts import qa
     from jetgym.scripts.config import to_config
@@ -539,7 +540,7 @@ def test_audit_finds_a_stored_label_the_simulator_disagrees_with(tmp_path):
         t = next(t for t in frames if hold[t])
         hold[t] = 0  # a stored "not held" where the simulator sees the mug carried
         demo["labels/hold"][...] = hold
-    from jetgym.questions.libero_audit import audit
+    from jetgym.envs.libero.audit import audit
 
     report = audit(copy, demos=1)
     assert not report["agree"] and report["facts"]["hold"]["agree"] == report["facts"]["hold"]["steps"] - 1
@@ -639,7 +640,7 @@ def test_file_from_libero_recording_path_is_labelled_by_the_simulator(tmp_path):
 def test_recorded_asset_paths_are_moved_to_this_machines_assets():
     from libero.libero import get_libero_path
 
-    from jetgym.questions.libero_sim import relocate_assets
+    from jetgym.envs.libero.sim import relocate_assets
 
     local = Path(get_libero_path("assets"))
     mesh = next(local.rglob("*.msh"))

@@ -12,7 +12,7 @@ pytest.importorskip("vizdoom")
 gym = pytest.importorskip("gymnasium")
 
 import jetgym.envs  # noqa: E402
-from jetgym.envs.vizdoom import BUTTONS, CONTROLS, SCENARIOS, DoomEnv, engine_processes  # noqa: E402
+from jetgym.envs.vizdoom.env import BUTTONS, CONTROLS, SCENARIOS, DoomEnv, engine_processes  # noqa: E402
 
 
 def process_gone(pid: int) -> bool:
@@ -176,7 +176,7 @@ def test_step_before_reset_and_bad_action(env):
 RUNNER = """
 import signal, sys, time
 signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal: a shell ignores SIGINT for `cmd &`
-from jetgym.envs.vizdoom import DoomEnv
+from jetgym.envs.vizdoom.env import DoomEnv
 env = DoomEnv("basic", frame_skip=4)
 env.reset(seed=0)
 print(env.engine_pid, flush=True)

@@ -13,7 +13,7 @@ pytest.importorskip("vizdoom")
 gym = pytest.importorskip("gymnasium")
 
 import jetgym.envs  # noqa: E402,F401  (registers the ids)
-from jetgym.envs.vizdoom import (CONTROLS, NEUTRAL_BRIEFING, SCENARIOS, UNPLAYABLE, DoomEnv, bundled_scenarios,  # noqa: E402
+from jetgym.envs.vizdoom.env import (CONTROLS, NEUTRAL_BRIEFING, SCENARIOS, UNPLAYABLE, DoomEnv, bundled_scenarios,  # noqa: E402
                                  scenarios_dir)
 
 

@@ -26,8 +26,8 @@ from typing import Callable, ContextManager, Iterator, Sequence
 
 import numpy as np
 
-from .bootstrap import SAMPLES, SEED, episode_bootstrap, paired_episode_bootstrap
-from .libero import ABSTAIN_LABEL, QUESTION_TYPES, parse_id
+from jetgym.questions.bootstrap import SAMPLES, SEED, episode_bootstrap, paired_episode_bootstrap
+from .questions import ABSTAIN_LABEL, QUESTION_TYPES, parse_id
 
 SUMMARY = "libero_summary.json"
 CHART = "libero_by_type.png"
@@ -133,7 +133,7 @@ def _frame_views(question, path: str | None):
     """(front, wrist) upright images of a question's frame: its own images, else read from the LIBERO file."""
     if question.images:
         return tuple(np.asarray(i) for i in question.images[:2])
-    from .libero import DEFAULT_PATH, _episodes
+    from .questions import DEFAULT_PATH, _episodes
 
     ids = parse_id(question.id)
     file = path or (str(DEFAULT_PATH) if ids["set"] == "libero10" else None)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jetgym.envs.libero import LiberoLabelError
+from .reader import LiberoLabelError
 
-from .libero_sim import label_episodes
+from .sim import label_episodes
 
 
 def audit(path, demos: int | None = None, progress=None) -> dict:
@@ -16,9 +16,9 @@ def audit(path, demos: int | None = None, progress=None) -> dict:
     from collections import Counter
     from dataclasses import replace
 
-    from jetgym.envs.libero import read_libero
+    from .reader import read_libero
 
-    from .libero import QUESTION_TYPES, frame_labels, question_id
+    from .questions import QUESTION_TYPES, frame_labels, question_id
 
     stored = read_libero(path)
     if demos is not None:

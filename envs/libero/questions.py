@@ -4,7 +4,7 @@ Every frame of a recorded episode gets eight questions that share one context (t
 their `describe` text, and the instruction); only the last line, the question, differs. Nothing a label is
 computed from (contacts, predicates, end-effector positions, step index) appears in a question.
 
-Facts per step t of an episode of T steps (restored simulator state after action t; `libero_sim`):
+Facts per step t of an episode of T steps (restored simulator state after action t; `sim`):
     grasp(t)  some movable object is grasped (robosuite's `_check_grasp`: both finger pads touch it)
     hold(t)   a grasped object touches nothing but the gripper (off its support)
     P_k(t)    every predicate of instruction step k holds (BDDL goal predicates; "pick up X": X held)
@@ -36,10 +36,10 @@ from typing import Literal
 
 import numpy as np
 
-from jetgym.envs.libero import LiberoLabelError, episode_steps, split_instruction  # noqa: F401  (re-exported)
+from jetgym.questions.sets import _apply_limit, question_set
 from jetgym.scorers.types import Question
 
-from .sets import _apply_limit, register_question_set
+from .reader import LiberoLabelError, episode_steps
 
 QUESTION_TYPES = ("r2_dir", "r2_done", "r2_first", "r2_grasp", "r2_hold", "r2_instr", "r2_phase", "r2_prog")
 LIBERO_SUBSETS = ("all", "images")
@@ -148,14 +148,14 @@ def with_facts(episodes: list) -> list:
     missing = [e for e in episodes if e.facts is None]
     if not missing:
         return episodes
-    from . import libero_sim
+    from . import sim
 
     first = missing[0]
-    if not libero_sim.simulator_installed():
+    if not sim.simulator_installed():
         raise LiberoLabelError(f"{first.source}: {first.name} stores no simulator labels (a 'labels' group) and the "
                                f"LIBERO simulator is not installed, so its frames cannot be labelled; install it: "
-                               f"{libero_sim.INSTALL}")
-    computed = {id(old): new for old, new in zip(missing, libero_sim.label_episodes(missing))}
+                               f"{sim.INSTALL}")
+    computed = {id(old): new for old, new in zip(missing, sim.label_episodes(missing))}
     return [computed.get(id(e), e) for e in episodes]
 
 
@@ -276,12 +276,12 @@ def frame_questions(episode, t: int, perception: Perception = "describe", abstai
 
 @lru_cache(maxsize=4)
 def _episodes(path: str):
-    from jetgym.envs.libero import read_libero
+    from .reader import read_libero
 
     return with_facts(read_libero(path))
 
 
-@register_question_set("libero", LIBERO_SUBSETS)
+@question_set(LIBERO_SUBSETS, report="jetgym.envs.libero.report:write_libero_report")
 def load_libero(subset: str = "all", limit: int | None = None, path: str | None = None) -> list[Question]:
     """LIBERO offline QA: eight questions per rendered frame of every episode in the file.
 

@@ -1,4 +1,5 @@
-"""Numbers as the model reads them (used by the describers and the prompt; imports no other agent module)."""
+"""Numbers of an observation as the model reads them (the env texts, e.g. ViZDoom's status line, and the agents'
+generic describers)."""
 
 from __future__ import annotations
 

