@@ -12,8 +12,8 @@ returns one for an observation space:
 Generic describers print numbers with `digits` significant digits (`-0.47` stays `-0.47`, integers stay
 integers), name the components of a `Box` when the env documents them (an `observation_names` attribute on the
 env, or the table `COMPONENT_NAMES` for Gymnasium's classic-control and Box2D ids), and send image observations
-to `jetgym.envs.vizdoom.perception.describe` (the ViZDoom screen sentence) (`perception="describe"`) or, for vision-language models, to the
-question's image (`screenshot=True` on the agent). Nothing but the observation (and fixed env facts such as the
+to the ViZDoom screen sentence, `jetgym.envs.vizdoom.perception.describe` (`perception="describe"`), or, for
+vision-language models, to the question's image (`screenshot=True` on the agent). Nothing but the observation (and fixed env facts such as the
 map of FrozenLake) is read.
 """
 
