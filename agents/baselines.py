@@ -75,7 +75,9 @@ class ScriptedAgent(AgentBase):
         if not (isinstance(observation, dict) and {"screen", "status"} <= set(observation)):
             raise ValueError("the scripted agent plays ViZDoom and Taxi only (observation['screen'] and ['status'], "
                              "or a Taxi env); use agent=scorer or agent=random on other envs")
-        label = self.doom.setdefault(slot, DoomExpert(self.aim)).label(observation)
+        if slot not in self.doom:
+            self.doom[slot] = DoomExpert(self.aim)
+        label = self.doom[slot].label(observation)
         return _act(candidates, list(candidates.labels).index(label))
 
 

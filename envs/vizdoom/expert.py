@@ -16,15 +16,12 @@ AIMS = ("turn", "strafe")  # how the expert steers toward what it sees
 
 
 class DoomExpert:
-    """`label(observation)` -> the control label to play; remembers the last turn (`reset` forgets it)."""
+    """`label(observation)` -> the control label to play; remembers the last turn (a new episode: a new expert)."""
 
     def __init__(self, aim: str = "turn"):
         if aim not in AIMS:
             raise ValueError(f"the scripted agent's aim must be 'turn' or 'strafe', got {aim!r}")
         self.aim = aim
-        self.turn = "turn_left"
-
-    def reset(self) -> None:
         self.turn = "turn_left"
 
     def label(self, observation: Mapping) -> str:
