@@ -58,23 +58,26 @@ class ScriptedAgent(AgentBase):
 
     ViZDoom: `jetgym.envs.vizdoom.expert.DoomExpert` (`aim`: turn or strafe toward what it sees), one per slot.
     Taxi (`env` given): a shortest route on the env's map to the passenger, `pick up`, a shortest route to the
-    destination, `drop off`; ties go to the earliest of south, north, east, west. Deterministic."""
+    destination, `drop off`; ties go to the earliest of south, north, east, west. FrozenLake (`env` given): the
+    move that maximizes the chance of reaching the goal (`FrozenLakePlan`). Deterministic."""
 
     def __init__(self, env=None, aim: str = "turn"):
         self.aim = aim
         self.doom = {0: DoomExpert(aim)}  # one per slot; made here first, so a bad aim fails at once
-        self.taxi = TaxiRoutes(env) if env_family(env) == "Taxi" else None
+        plans = {"Taxi": TaxiRoutes, "FrozenLake": FrozenLakePlan}
+        family = env_family(env)
+        self.plan = plans[family](env) if family in plans else None
 
     def reset(self, seed: int | None = None, slot: int = 0) -> None:
         self.doom[slot] = DoomExpert(self.aim)
 
     def act_one(self, observation, candidates, slot: int) -> Act:
-        if self.taxi is not None:
-            action = self.taxi.action(int(observation))
+        if self.plan is not None:
+            action = self.plan.action(int(observation))
             return _act(candidates, list(candidates.actions).index(action))
         if not (isinstance(observation, dict) and {"screen", "status"} <= set(observation)):
-            raise ValueError("the scripted agent plays ViZDoom and Taxi only (observation['screen'] and ['status'], "
-                             "or a Taxi env); use agent=scorer or agent=random on other envs")
+            raise ValueError("the scripted agent plays ViZDoom, Taxi and FrozenLake only (observation['screen'] and "
+                             "['status'], or a Taxi or FrozenLake env); use agent=scorer or agent=random on other envs")
         if slot not in self.doom:
             self.doom[slot] = DoomExpert(self.aim)
         label = self.doom[slot].label(observation)
@@ -128,3 +131,26 @@ class TaxiRoutes:
                 frontier = reached
             self.distances[target] = distance
         return self.distances[target]
+
+
+class FrozenLakePlan:
+    """The best move on a Gymnasium FrozenLake map from its own transition table (`P`: per state and action, the
+    outcomes' probabilities): value iteration on the chance of reaching the goal, discounted by `gamma` per step so
+    that, of two equally safe ways, the shorter wins. Ties go to the earliest of left, down, right, up."""
+
+    def __init__(self, env, gamma: float = 0.99, tolerance: float = 1e-10):
+        transitions = representative(env).unwrapped.P
+        states, actions = len(transitions), len(transitions[0])
+        value = np.zeros(states)
+        while True:
+            worth = np.array([[sum(p * (reward + (0.0 if done else gamma * value[after]))
+                                   for p, after, reward, done in transitions[s][a]) for a in range(actions)]
+                              for s in range(states)])
+            best = worth.max(axis=1)
+            if np.max(np.abs(best - value)) < tolerance:
+                break
+            value = best
+        self.moves, self.values = worth.argmax(axis=1), best
+
+    def action(self, state: int) -> int:
+        return int(self.moves[state])

@@ -11,9 +11,13 @@ cloning run's demonstrations are refused) with: the trained scorer (its adapter,
 argmax), the zero-shot scorer (argmax), `random`, and the best fixed control, picked on separate tuning seeds
 (`--tuning-seed`, never reported). Reports mean return and success per agent with 95% bootstrap intervals over
 seeds and the paired differences trained - other (same seeds resampled together), the training run's learning
-curve, and writes the section `train-<name>` of docs/benchmarks.md with `--docs`.
+curve, and writes the section `train-<name>` of docs/benchmarks.md with `--docs`. Several runs of one
+configuration with different training seeds play the same held-out seeds, each as its own agent and, per
+held-out seed, their mean ("trained (mean of N seeds)", the training procedure's result), each paired with
+every baseline.
 
     jetgym-bench-learning runs/fl --name frozenlake-still --episodes 20 --docs
+    jetgym-bench-learning runs/fl-s0 runs/fl-s1 runs/fl-s2 --name frozenlake-still --episodes 20 --docs
 """
 
 from __future__ import annotations
@@ -188,9 +192,20 @@ def _gold_counts(questions, kind) -> dict:
     return counts
 
 
+def same_configuration(configs: list[dict]) -> str | None:
+    """The first setting (other than the training seed) in which a run differs from the first one; None if none."""
+    for k, config in enumerate(configs[1:], 1):
+        for key in sorted(set(config) | set(configs[0])):
+            if key != "seed" and config.get(key) != configs[0].get(key):
+                return f"run {k + 1} differs from run 1 in {key!r}"
+    return None
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("run", help="a finished jetgym-train run folder (summary.json, adapter/)")
+    parser.add_argument("runs", nargs="+", metavar="run",
+                        help="finished jetgym-train run folders (summary.json, adapter/); several runs of one "
+                             "configuration with different training seeds play the same held-out seeds")
     parser.add_argument("--name", required=True, help="section name: train-<name>")
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
@@ -209,17 +224,28 @@ def main(argv=None) -> None:
         parser.error(f"--num-envs must be >= 1, got {args.num_envs}")
     if args.stop_loops and args.num_envs > 1:
         parser.error("--stop-loops plays one env at a time: leave --num-envs at 1")
-    folder = Path(args.run)
-    try:
-        summary = json.loads((folder / "summary.json").read_text())
-    except FileNotFoundError:
-        parser.error(f"{folder} holds no summary.json: pass the folder of a finished jetgym-train run")
-    run = summary["config"]
+    folders, summaries = [Path(run) for run in args.runs], []
+    for folder in folders:
+        try:
+            summaries.append(json.loads((folder / "summary.json").read_text()))
+        except FileNotFoundError:
+            parser.error(f"{folder} holds no summary.json: pass the folder of a finished jetgym-train run")
+    differs = same_configuration([summary["config"] for summary in summaries])
+    if differs:
+        parser.error(f"{differs}: pass runs that differ only in their training seed")
+    run = summaries[0]["config"]
     if run.get("algorithm") == "sft":
-        return evaluate_sft(folder, summary, args)
+        if len(folders) > 1:
+            parser.error("an sft run is evaluated on its own held-out split: pass one run")
+        return evaluate_sft(folders[0], summaries[0], args)
     if args.stop_loops and run["agent"].get("memory"):
         parser.error(f"--stop-loops needs a scorer whose choice depends on the observation only; this run's agent "
                      f"quotes its last {run['agent']['memory']} actions (agent.memory)")
+    evaluate_play(folders, summaries, args, parser)
+
+
+def evaluate_play(folders: list[Path], summaries: list[dict], args, parser) -> None:
+    run, summary, folder = summaries[0]["config"], summaries[0], folders[0]
     base = ["env=gym", *env_overrides(run)]
     held = (args.seed, args.seed + args.episodes)
     recorded = demonstration_episodes(run)  # read once: the files can hold thousands of steps
@@ -233,33 +259,51 @@ def main(argv=None) -> None:
     playable = {c: total for c, total in fixed_scores.items() if total is not None}
     best = max(playable, key=playable.get) if playable else None
     batched = base + [f"env.num_envs={args.num_envs}"]
-    agents = {"trained": play(batched, "scorer", held, adapter=str(folder / "adapter"), stop_loops=args.stop_loops),
-              "zero-shot": play(batched, "scorer", held, stop_loops=args.stop_loops), "random": play(base, "random", held)}
+    trained = {"trained" if len(folders) == 1 else f"trained (seed {s['seed']})":
+               play(batched, "scorer", held, adapter=str(f / "adapter"), stop_loops=args.stop_loops)
+               for f, s in zip(folders, summaries)}
+    agents = {**trained, "zero-shot": play(batched, "scorer", held, stop_loops=args.stop_loops),
+              "random": play(base, "random", held)}
     if best is not None:
         agents[f"fixed ({best})"] = play(base, "fixed", held, control=best)
     seeds = list(range(*held))
-    results = {"run": str(folder), "held_out_seeds": list(held), "tuning_seeds": list(tuning), "fixed_tuning_returns":
-               fixed_scores, "agents": {}, "paired": {}, "training": {k: summary.get(k) for k in ("algorithm", "updates", "env_steps", "train_questions", "seed")}}
+    results = {"runs": [str(f) for f in folders], "held_out_seeds": list(held), "tuning_seeds": list(tuning),
+               "fixed_tuning_returns": fixed_scores, "agents": {}, "paired": {},
+               "training": [{k: s.get(k) for k in ("algorithm", "updates", "env_steps", "train_questions", "seed")}
+                            for s in summaries]}
+    returns = {name: [e["return"] for e in episodes] for name, episodes in agents.items()}
+    wins = {name: [success(e, args.success) for e in episodes] for name, episodes in agents.items()}
+    if len(trained) > 1:  # the training procedure: each held-out seed's return averaged over the training seeds
+        mean = f"trained (mean of {len(trained)} seeds)"
+        returns[mean] = [sum(r) / len(r) for r in zip(*(returns[name] for name in trained))]
+        wins[mean] = [sum(w) / len(w) for w in zip(*(wins[name] for name in trained))]
+        trained[mean] = []
     rows = []
-    for name, episodes in agents.items():
-        returns, wins = [e["return"] for e in episodes], [success(e, args.success) for e in episodes]
-        r, s = episode_bootstrap(returns, seeds), episode_bootstrap(wins, seeds)
-        results["agents"][name] = {"return": r.to_dict(), "success": s.to_dict(), "returns": returns, "successes": wins}
+    for name in returns:
+        r, s = episode_bootstrap(returns[name], seeds), episode_bootstrap(wins[name], seeds)
+        results["agents"][name] = {"return": r.to_dict(), "success": s.to_dict(), "returns": returns[name],
+                                   "successes": wins[name]}
         rows.append(f"| {name} | {r.estimate:.3f} [{r.low:.3f}, {r.high:.3f}] | {s.estimate:.2f} [{s.low:.2f}, {s.high:.2f}] |")
-    trained = [e["return"] for e in agents["trained"]]
     paired = []
-    for name, episodes in agents.items():
-        if name == "trained":
-            continue
-        d = paired_episode_bootstrap(trained, [e["return"] for e in episodes], seeds)
-        results["paired"][name] = d.to_dict()
-        paired.append(f"{name} {d.estimate:+.3f} [{d.low:+.3f}, {d.high:+.3f}]")
+    for mine in trained:
+        for name in agents:
+            if name in trained:
+                continue
+            d = paired_episode_bootstrap(returns[mine], returns[name], seeds)
+            results["paired"][f"{mine} - {name}"] = d.to_dict()
+            paired.append(f"{mine} - {name} {d.estimate:+.3f} [{d.low:+.3f}, {d.high:+.3f}]")
     curve = f"docs/bench/train-{args.name}.png"
-    log = [json.loads(line) for line in (folder / "train.jsonl").read_text().splitlines()]
-    seconds = sorted(r.get("rollout_seconds", 0) + r["update_seconds"] for r in log if "update_seconds" in r)
+    log = read_jsonl(folder / "train.jsonl")
+    seconds = [sorted(r.get("rollout_seconds", 0) + r["update_seconds"] for r in read_jsonl(f / "train.jsonl")
+                      if "update_seconds" in r) for f in folders]
+    timing = "; ".join(("" if len(folders) == 1 else f"seed {s['seed']}: ") + f"median of {len(t)} "
+                       f"{t[len(t) // 2]:.1f}, in all {sum(t) / 60:.1f} min" for s, t in zip(summaries, seconds))
+    seed, caption = f"training seed {summary['seed']}", "learning curve"
+    if len(folders) > 1:
+        seed += "; the same settings with seeds " + ", ".join(str(s["seed"]) for s in summaries[1:])
+        caption += f" of training seed {summary['seed']}"
     if run["algorithm"] == "ppo":
-        how = (f"a PPO run of {summary['env_steps']} env steps ({summary['updates']} updates, training seed "
-               f"{summary['seed']})")
+        how = (f"a PPO run of {summary['env_steps']} env steps ({summary['updates']} updates, {seed})")
         curve_line = ("Learning curve (mean return of the episodes that ended in each update's rollout): "
                       + ", ".join(f"{r['env_steps']}: {r['mean_return']:.2f}" for r in log if r.get("mean_return") is not None) + ".")
     else:
@@ -273,7 +317,7 @@ def main(argv=None) -> None:
                + ("" if floor is None else f", the ones with a return of at least {floor:g} cloned")
                + ("" if not run["train"].get("relabel") else f", every step relabelled by the {run['train']['relabel']} "
                   f"expert (DAgger)")
-               + f", {summary['held_out_questions']} held out; training seed {summary['seed']})")
+               + f", {summary['held_out_questions']} held out; {seed})")
         after = summary["held_out_after"] or {}
         curve_line = (f"Held-out decisions: gold NLL {summary['held_out_before']['held_out_gold_nll']:.3f} -> "
                       f"{after.get('held_out_gold_nll', float('nan')):.3f}, agreement with the demonstrator "
@@ -295,14 +339,13 @@ def main(argv=None) -> None:
             + "). fp32, argmax for the scorers. Mean [95% bootstrap interval over seeds]."
             + (" A scorer's episode that came back to an observation it had seen was stopped there and counted to "
                "the time limit, repeating the loop's rewards (exact for this deterministic env and the memoryless "
-               f"argmax scorer; {sum(e.get('end') == 'loop' for a in ('trained', 'zero-shot') for e in agents[a])} "
+               f"argmax scorer; {sum(e.get('end') == 'loop' for a in (*trained, 'zero-shot') for e in agents.get(a, ()))} "
                "episodes)." if args.stop_loops else ""), "",
             "| agent | return | success |", "|---|---|---|", *rows, "",
-            "Paired return difference, trained minus each (same seeds resampled together): " + "; ".join(paired) + ".", "",
+            "Paired return differences (same seeds resampled together): " + "; ".join(paired) + ".", "",
             curve_line,
-            f"Training seconds per update (median of {len(seconds)}): {seconds[len(seconds) // 2]:.1f}; in all "
-            f"{sum(seconds) / 60:.1f} min.",
-            "", f"![learning curve]({curve.removeprefix('docs/')})"]
+            f"Training seconds per update: {timing}.", "",
+            f"![{caption}]({curve.removeprefix('docs/')})"]
     write_results(args.output_dir, f"train_{args.name}".replace("-", "_"), results, "\n".join(body), docs=args.docs)
     if args.docs and (folder / "learning_curve.png").exists():
         shutil.copy(folder / "learning_curve.png", docs_dir() / "bench" / f"train-{args.name}.png")

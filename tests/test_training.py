@@ -452,8 +452,33 @@ def test_scripted_taxi_driver_takes_a_shortest_route():
     starts = [int(env.reset(seed=40 + i)[0]) for i in range(12)]
     assert [e["length"] for e in episodes] == [shortest(s) for s in starts]
     assert all(e["terminated"] and e["return"] > 0 for e in episodes)
-    with pytest.raises(ValueError, match="scripted agent plays ViZDoom and Taxi only"):
+    with pytest.raises(ValueError, match="scripted agent plays ViZDoom, Taxi and FrozenLake only"):
         make_agent("scripted").act(0, env.reset(seed=0)[1]["candidates"])
+
+
+def test_scripted_frozenlake_walker_plays_the_best_moves():
+    """Not slippery: every episode reaches the goal in the fewest steps (breadth-first search over the env's `P`).
+    Slippery: it reaches the goal far more often than random on the same seeds (the best 4x4 policy: about 74%)."""
+    from collections import deque
+
+    from jetgym.agents import rollout
+
+    def play(slippery: bool, agent: str, episodes: int):
+        env = CandidateActions(gym.make("FrozenLake-v1", is_slippery=slippery), texts=[f"move {i}" for i in range(4)])
+        return env, rollout(env, make_agent(agent, env=env) if agent == "scripted" else make_agent(agent), episodes, 7)
+
+    env, episodes = play(False, "scripted", 3)
+    steps, frontier = {0: 0}, deque([0])
+    while frontier:
+        state = frontier.popleft()
+        for outcomes in env.unwrapped.P[state].values():
+            _, after, reward, done = outcomes[0]
+            if after not in steps and (not done or reward > 0):  # holes end the walk
+                steps[after] = steps[state] + 1
+                frontier.append(after)
+    assert [e["length"] for e in episodes] == [steps[15]] * 3 and all(e["return"] == 1 for e in episodes)
+    slippery = [sum(e["return"] for e in play(True, agent, 300)[1]) / 300 for agent in ("scripted", "random")]
+    assert slippery[0] > 0.6 and slippery[1] < 0.05
 
 
 def test_unique_trains_each_distinct_question_once_and_holds_out_only_unseen_ones(tmp_path):
@@ -522,6 +547,41 @@ def test_learning_benchmark_reads_every_demonstration_file_and_refuses_bad_count
     with pytest.raises(SystemExit):
         main([str(tmp_path), "--name", "x", "--stop-loops"])
     assert "this run's agent quotes its last 2 actions (agent.memory)" in capsys.readouterr().err
+
+
+def test_learning_benchmark_plays_several_training_seeds_on_the_same_held_out_seeds(tiny_folder, tmp_path, capsys):
+    """Each run plays the held-out seeds; the mean over training seeds is paired with every baseline; runs of
+    different settings, and several sft runs, are refused."""
+    from jetgym.scripts.bench_learning import main
+    from jetgym.scripts.config import compose
+    from jetgym.scripts.train import train
+
+    recorded_steps(tiny_folder, tmp_path / "play")
+    runs = [tmp_path / f"bc{seed}" for seed in (0, 1)]
+    for seed, out in enumerate(runs):
+        train(compose("train", [f"model.spec={tiny_folder}", *FROZEN_STILL, "algorithm=bc", "train.minibatch=4",
+                                f"train.demonstrations={tmp_path / 'play' / 'steps.jsonl'}", "train.held_out=0.34",
+                                f"seed={seed}", f"output_dir={out}"]), progress=False)
+    main([*map(str, runs), "--name", "two-seeds", "--episodes", "3", "--tuning-episodes", "1",
+          "--output-dir", str(tmp_path / "bench")])
+    results = json.loads((tmp_path / "bench" / "train_two_seeds.json").read_text())
+    agents, mean = results["agents"], "trained (mean of 2 seeds)"
+    assert {"trained (seed 0)", "trained (seed 1)", mean, "zero-shot", "random"} <= set(agents)
+    assert agents[mean]["returns"] == [(a + b) / 2 for a, b in zip(agents["trained (seed 0)"]["returns"],
+                                                                   agents["trained (seed 1)"]["returns"])]
+    assert {f"{mine} - random" for mine in ("trained (seed 0)", "trained (seed 1)", mean)} <= set(results["paired"])
+    assert [t["seed"] for t in results["training"]] == [0, 1] and "seeds 1" in capsys.readouterr().out
+    summary = json.loads((runs[1] / "summary.json").read_text())
+    summary["config"]["train"]["learning_rate"] = 0.5
+    (runs[1] / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(SystemExit):
+        main([*map(str, runs), "--name", "x"])
+    assert "run 2 differs from run 1 in 'train': pass runs that differ only in their training seed" in capsys.readouterr().err
+    for run in runs:
+        (run / "summary.json").write_text(json.dumps({"config": {"algorithm": "sft"}}))
+    with pytest.raises(SystemExit):
+        main([*map(str, runs), "--name", "x"])
+    assert "an sft run is evaluated on its own held-out split: pass one run" in capsys.readouterr().err
 
 
 def test_bf16_autocast_is_refused_on_a_cpu_without_native_bf16(monkeypatch, tmp_path):
