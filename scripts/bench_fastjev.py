@@ -57,6 +57,7 @@ class BenchFastJevConfig:
     retention_ks: list[int] = field(default_factory=lambda: [0, 2, 4, 6, 8, 10])
     docs: bool = False  # also write docs/benchmarks.md and docs/bench/ (source checkout only)
     output_dir: Optional[str] = None  # the run folder (null: Hydra's run dir)
+    summarize_from: Optional[str] = None  # a fastjev.json: recompute its summaries from its timings; nothing is timed
 
     def __post_init__(self):
         if self.rounds < 1:
@@ -219,6 +220,23 @@ def ratio_summary(values: list[float], seed: int = 0) -> dict:
             "median": statistics.median(values), "worst": max(values), "best": min(values)}
 
 
+def summarize(results: dict) -> dict:
+    """Fill in what `results` derives from its per-workload timings: the fitted plan's in-sample ratio, `auto`'s
+    held-out ratios (per workload, and their mean with a bootstrap interval over workloads) and what those can
+    resolve. A run's stored fastjev.json can be summarized again with nothing re-timed (`summarize_from`)."""
+    workloads = results["workloads"]
+    fitting = [w for w in workloads if w["split"] == "fit"]
+    held_out = [w for w in workloads if w["split"] == "held-out"]
+    results["fit"]["in_sample_ratio"] = ratio_summary(
+        [w["seconds"][PLAN_METHODS[w["fitted_plan"]]] / best_seconds(w["seconds"]) for w in fitting])
+    for w in held_out:
+        w["auto_ratio"] = {a: auto_ratio(w["times"], a) for a in (AUTO_FITTED, AUTO_DEFAULT)}
+    results["held_out_auto"] = {a: {key: ratio_summary([w["auto_ratio"][a][key] for w in held_out])
+                                    for key in ("median", "first")} for a in (AUTO_FITTED, AUTO_DEFAULT)}
+    results["held_out_resolution"] = held_out_resolution(workloads)
+    return results
+
+
 # ---------------------------------------------------------------- timing
 
 def timed_rounds(methods: dict, question, rounds: int, offset: int = 0) -> tuple[dict, dict]:
@@ -327,32 +345,30 @@ def run_bench(cfg: BenchFastJevConfig) -> dict:
     fitted.pair_cost = constants["pair_cost"]  # the planner's pair cost (an attribute of the scorer, not an option)
     methods[AUTO_FITTED] = method(fitted)
     methods[AUTO_FITTED](questions[0][1])  # its warm-up
-    in_sample = []
     for i in fitting:
-        w = workloads[i]
-        w["fitted_plan"] = chosen_plan(features[i], constants["call_tokens"], constants["pair_cost"])
-        in_sample.append(w["seconds"][PLAN_METHODS[w["fitted_plan"]]] / best_seconds(w["seconds"]))
-    results["fit"]["in_sample_ratio"] = ratio_summary(in_sample)
+        workloads[i]["fitted_plan"] = chosen_plan(features[i], constants["call_tokens"], constants["pair_cost"])
     results["fit"]["pair_cost_over_flop_estimate"] = constants["pair_cost"] / defaults["pair_cost"] if defaults["pair_cost"] else None
 
     for i in tqdm(held_out, desc="held-out half"):
         w = workloads[i] = measure(i, [AUTO_FITTED, AUTO_DEFAULT, *plan_names], "held-out")
         e = questions[i][1]
         w["auto_plan"] = {AUTO_FITTED: fitted.plan(e)[0], AUTO_DEFAULT: reference.plan(e)[0]}
-        w["auto_ratio"] = {a: auto_ratio(w["times"], a) for a in (AUTO_FITTED, AUTO_DEFAULT)}
     results["workloads"] = workloads
-    results["held_out_auto"] = {a: {key: ratio_summary([workloads[i]["auto_ratio"][a][key] for i in held_out])
-                                    for key in ("median", "first")} for a in (AUTO_FITTED, AUTO_DEFAULT)}
-    results["held_out_resolution"] = held_out_resolution(workloads)
+    summarize(results)
     results["model_flops_per_second"] = {
         m: sum(w["model_flops"][m] for w in workloads if m in w["seconds"]) / sum(w["seconds"][m] for w in workloads if m in w["seconds"])
         for m in (AUTO_FITTED, AUTO_DEFAULT, *plan_names)}
     results["state"] = state_storage()
     if cfg.retention:
         results["retention"] = retention(cfg, loaded)
-    plot_speedups(workloads, Path(cfg.output_dir) / "fastjev_speedup.png")
+    return write_run(cfg, results)
+
+
+def write_run(cfg: BenchFastJevConfig, results: dict) -> dict:
+    """fastjev.json, the section and the speedup plot into the run folder (and docs/ with `docs`)."""
+    plot_speedups(results["workloads"], Path(cfg.output_dir) / "fastjev_speedup.png")
     if cfg.docs:
-        plot_speedups(workloads, docs_dir() / "bench" / "fastjev_speedup.png")
+        plot_speedups(results["workloads"], docs_dir() / "bench" / "fastjev_speedup.png")
     write_results(cfg.output_dir, "fastjev", results, render(results), docs=cfg.docs)
     return results
 
@@ -500,7 +516,9 @@ def render(r: dict) -> str:
         "",
         f"Command: `{r['command']}` — {r['dtype']} CPU, {r['cores']} cores ({r['torch_threads']} torch threads). "
         f"{len(r['workloads'])} synthetic workloads (candidates x tokens x shared content x flat/two-level branching, "
-        f"a {r['prefix_tokens']}-token prefix). Pruning k={r['k']} (skipped layers {r['skipped_layers']}, 0-based, from docs/calibration).",
+        f"a {r['prefix_tokens']}-token prefix). Pruning k={r['k']} (skipped layers {r['skipped_layers']}, 0-based, from docs/calibration)."
+        + (f" Summaries (ratios, bootstrap intervals) recomputed from that run's stored timings by `{r['summarized_by']}`; "
+           "nothing was re-timed." if r.get("summarized_by") else ""),
         "",
         f"**Protocol.** The grid is split by a seeded shuffle (seed {split['seed']}) into a fitting half "
         f"({len(split['fitting'])} workloads) and a held-out half ({len(split['held_out'])} workloads); the table's "
@@ -577,7 +595,23 @@ def render(r: dict) -> str:
 @hydra.main(config_path=CONFIG_PATH, config_name="bench_fastjev", version_base=None)
 def main(cfg) -> None:
     config = run_config(cfg)
-    print(render(run_bench(config)))
+    print(render(summarize_again(config) if config.summarize_from else run_bench(config)))
+
+
+def summarize_again(cfg: BenchFastJevConfig) -> dict:
+    """The stored run `summarize_from`, summarized by the current code (`summarize`), written like a new run."""
+    import json
+
+    path = Path(cfg.summarize_from)
+    try:
+        results = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"summarize_from={path}: cannot read a fastjev.json there ({error})") from None
+    if not isinstance(results, dict) or not results.get("workloads"):
+        raise ValueError(f"summarize_from={path}: no per-workload timings ('workloads') in it; pass the fastjev.json "
+                         "a jetgym-bench-fastjev run wrote")
+    results["summarized_by"] = "jetgym-bench-fastjev " + " ".join(sys.argv[1:])
+    return write_run(cfg, summarize(results))
 
 
 if __name__ == "__main__":

@@ -10,8 +10,8 @@ import pytest
 
 from jetgym.scripts.bench import BenchConfig, per_question_summary
 from jetgym.scripts.bench_fastjev import (BenchFastJevConfig, auto_ratio, chosen_plan, fit_plan_costs, grid_questions,
-                                          held_out_resolution,
-                                          plan_cost, plan_features, split_grid)
+                                          held_out_resolution, plan_cost, plan_features, split_grid, summarize,
+                                          summarize_again)
 from jetgym.questions.bootstrap import bootstrap
 from jetgym.scripts.benchmarks_doc import rotated, spread
 
@@ -81,6 +81,32 @@ def test_held_out_resolution_counts_faster_picks_and_the_repeat_noise_of_one_pla
     assert (h["workloads"], h["picked_faster"], h["same_plan"]) == (3, 2, 2)
     assert h["repeat"]["median"] == pytest.approx([0.9, 1.1])
     assert h["repeat"]["first"] == pytest.approx([0.8, 1.0])
+
+
+def test_summaries_come_from_the_stored_timings_alone(tmp_path):
+    """`summarize` derives the ratios and intervals from the per-workload times, so a stored run can be summarized
+    again without timing; a file without timings is refused naming `summarize_from`."""
+    fitted, default = "T+S+P auto (fitted)", "T+S+P auto (defaults)"
+
+    def workload(split, auto_times):
+        times = {"T+S+P packed": [1.0, 1.0], "S+P": [2.0, 0.5], "T+S+P segmented": [3.0, 3.0],
+                 fitted: auto_times, default: auto_times}
+        return {"split": split, "times": times, "seconds": {m: statistics.median(t) for m, t in times.items()},
+                "fitted_plan": "segmented", "auto_plan": {fitted: "packed", default: "packed"}}
+
+    results = {"fit": {}, "workloads": [workload("fit", [1.0, 1.0]), workload("held-out", [1.0, 1.0]),
+                                        workload("held-out", [2.0, 0.5])]}
+    summarize(results)
+    assert results["fit"]["in_sample_ratio"]["mean"] == 3.0  # segmented 3.0 over the lower median (packed 1.0, S+P 1.25)
+    ratios = [w["auto_ratio"][fitted] for w in results["workloads"][1:]]
+    assert [r["first"] for r in ratios] == [1.0, 2.0] and [r["median"] for r in ratios] == [1.5, 1.5]
+    held = results["held_out_auto"][fitted]["first"]
+    assert (held["mean"], held["worst"]) == (1.5, 2.0) and held["mean_interval_95"] == [1.0, 2.0]
+    (tmp_path / "empty.json").write_text("{}")
+    for path, message in ((tmp_path / "none.json", "cannot read a fastjev.json there"),
+                          (tmp_path / "empty.json", "no per-workload timings")):
+        with pytest.raises(ValueError, match=f"summarize_from={path}: {message}"):
+            summarize_again(BenchFastJevConfig(summarize_from=str(path), output_dir=str(tmp_path)))
 
 
 def test_bench_configs_reject_bad_protocol_settings():
