@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from jetgym.envs.minigrid import BabyAIExpert, is_minigrid
 from jetgym.envs.vizdoom.expert import DoomExpert
 
 from .base import AGENTS, Act, AgentBase
@@ -59,7 +60,9 @@ class ScriptedAgent(AgentBase):
     ViZDoom: `jetgym.envs.vizdoom.expert.DoomExpert` (`aim`: turn or strafe toward what it sees), one per slot.
     Taxi (`env` given): a shortest route on the env's map to the passenger, `pick up`, a shortest route to the
     destination, `drop off`; ties go to the earliest of south, north, east, west. FrozenLake (`env` given): the
-    move that maximizes the chance of reaching the goal (`FrozenLakePlan`). Deterministic."""
+    move that maximizes the chance of reaching the goal (`FrozenLakePlan`). BabyAI (`env` given; a vector env
+    must be `sync`): MiniGrid's BabyAI bot on each slot's sub-env (`jetgym.envs.minigrid.BabyAIExpert`).
+    Deterministic."""
 
     def __init__(self, env=None, aim: str = "turn"):
         self.aim = aim
@@ -67,21 +70,38 @@ class ScriptedAgent(AgentBase):
         plans = {"Taxi": TaxiRoutes, "FrozenLake": FrozenLakePlan}
         family = env_family(env)
         self.plan = plans[family](env) if family in plans else None
+        self.minigrid = sub_envs(env) if is_minigrid(representative(env)) else None
+        self.bots: dict[int, BabyAIExpert] = {}
 
     def reset(self, seed: int | None = None, slot: int = 0) -> None:
         self.doom[slot] = DoomExpert(self.aim)
+        self.bots.pop(slot, None)
 
     def act_one(self, observation, candidates, slot: int) -> Act:
         if self.plan is not None:
             action = self.plan.action(int(observation))
             return _act(candidates, list(candidates.actions).index(action))
+        if self.minigrid is not None:
+            if slot not in self.bots:
+                self.bots[slot] = BabyAIExpert(self.minigrid[slot])
+            return _act(candidates, list(candidates.actions).index(self.bots[slot].action()))
         if not (isinstance(observation, dict) and {"screen", "status"} <= set(observation)):
-            raise ValueError("the scripted agent plays ViZDoom, Taxi and FrozenLake only (observation['screen'] and "
-                             "['status'], or a Taxi or FrozenLake env); use agent=scorer or agent=random on other envs")
+            raise ValueError("the scripted agent plays ViZDoom, Taxi, FrozenLake and BabyAI only (observation['screen'] "
+                             "and ['status'], or a Taxi, FrozenLake or BabyAI env); use agent=scorer or agent=random on "
+                             "other envs")
         if slot not in self.doom:
             self.doom[slot] = DoomExpert(self.aim)
         label = self.doom[slot].label(observation)
         return _act(candidates, list(candidates.labels).index(label))
+
+
+def sub_envs(env) -> list:
+    """The single envs of `env` by slot: itself, or a SyncVectorEnv's sub-envs (an async one's live elsewhere)."""
+    if not hasattr(env, "num_envs"):
+        return [env]
+    if getattr(env, "envs", None):
+        return list(env.envs)
+    raise ValueError("the scripted agent plays each sub-env's own state: use env.vectorization=sync")
 
 
 class TaxiRoutes:

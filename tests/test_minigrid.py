@@ -148,3 +148,27 @@ def test_ready_configs_play(tmp_path, name):
                                      f"output_dir={out}"]), quiet=True)
     rows = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
     assert rows and {r["text"] for r in rows} <= {"turn left", "turn right", "move forward", "pick up", "drop", "open", "done"}
+
+
+def test_scripted_agent_plays_the_babyai_bot_in_every_sub_env():
+    """The `scripted` agent on BabyAI is MiniGrid's bot: it completes every mission, the same episodes one env at
+    a time and on four sync sub-envs; async sub-envs (their state lives in other processes) are refused."""
+    pytest.importorskip("minigrid")
+    from types import SimpleNamespace
+
+    from jetgym.agents import make_agent, rollout
+    from jetgym.agents.baselines import sub_envs
+    from jetgym.scripts.build import make_env
+    from jetgym.scripts.config import compose, to_config
+
+    def played(*overrides):
+        env = make_env(to_config(compose("episode", ["env=babyai_goto_obj", *overrides])))
+        try:
+            return [(e["seed"], e["length"], e["return"]) for e in rollout(env, make_agent("scripted", env=env), 6, 20)]
+        finally:
+            env.close()
+
+    alone = played()
+    assert all(reward > 0 for _, _, reward in alone) and alone == played("env.num_envs=4")
+    with pytest.raises(ValueError, match="the scripted agent plays each sub-env's own state: use env.vectorization=sync"):
+        sub_envs(SimpleNamespace(num_envs=2))  # an async vector env: no sub-envs in this process

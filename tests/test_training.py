@@ -452,7 +452,7 @@ def test_scripted_taxi_driver_takes_a_shortest_route():
     starts = [int(env.reset(seed=40 + i)[0]) for i in range(12)]
     assert [e["length"] for e in episodes] == [shortest(s) for s in starts]
     assert all(e["terminated"] and e["return"] > 0 for e in episodes)
-    with pytest.raises(ValueError, match="scripted agent plays ViZDoom, Taxi and FrozenLake only"):
+    with pytest.raises(ValueError, match="scripted agent plays ViZDoom, Taxi, FrozenLake and BabyAI only"):
         make_agent("scripted").act(0, env.reset(seed=0)[1]["candidates"])
 
 
