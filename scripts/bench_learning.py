@@ -328,8 +328,9 @@ def evaluate_play(folders: list[Path], summaries: list[dict], args, parser) -> N
             + (f" --success {args.success}" if args.success != SUCCESS_RULES[0] else "")
             + (f" --num-envs {args.num_envs}" if args.num_envs > 1 else "") + (" --stop-loops" if args.stop_loops else "")
             + f"` on {how}; the run's "
-            f"settings: `{json.dumps({k: run['train'][k] for k in run['train'] if run['train'][k] is not None}, sort_keys=True)}`, "
-            f"env `{run['env']['id']}` `{json.dumps(run['env']['kwargs'], sort_keys=True)}`.", "",
+            f"settings: `{json.dumps({k: run['train'][k] for k in run['train'] if run['train'][k] is not None}, sort_keys=True)}`"
+            + (f", in effect (defaults filled in): `{json.dumps(run['options'], sort_keys=True)}`" if run.get("options") else "")
+            + f", env `{run['env']['id']}` `{json.dumps(run['env']['kwargs'], sort_keys=True)}`.", "",
             f"Held-out seeds {held[0]}..{held[1] - 1} ("
             + ("training seeds are >= 1,000,000" if run["algorithm"] == "ppo" else
                f"the demonstrations used seeds {min(used_seeds)}..{max(used_seeds)}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -331,6 +332,9 @@ def test_behaviour_cloning_replays_the_recorded_episodes(tiny_folder, tmp_path):
                     progress=False)
     assert summary["train_questions"] + summary["held_out_questions"] == len(rows) and summary["held_out_questions"]
     assert (tmp_path / "bc" / "adapter" / "jetgym_adapter.json").exists()
+    assert summary["config"]["train"]["learning_rate"] is None  # unset: the options in effect say what ran
+    in_effect = {**dataclasses.asdict(SFTOptions(minibatch=4)), **dataclasses.asdict(LoraOptions())}
+    assert json.loads((tmp_path / "bc" / "summary.json").read_text())["config"]["options"] == json.loads(json.dumps(in_effect))
     with pytest.raises(ValueError, match="algorithm=bc .* needs train.demonstrations=PATH"):
         to_config(compose("train", ["algorithm=bc", f"output_dir={tmp_path / 'x'}"]))
 
