@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jetgym.envs.minigrid import BabyAIExpert, is_minigrid
+from jetgym.envs.minigrid import BabyAIExpert
 from jetgym.envs.vizdoom.expert import DoomExpert
 
 from .base import AGENTS, Act, AgentBase
@@ -70,7 +70,7 @@ class ScriptedAgent(AgentBase):
         plans = {"Taxi": TaxiRoutes, "FrozenLake": FrozenLakePlan}
         family = env_family(env)
         self.plan = plans[family](env) if family in plans else None
-        self.minigrid = sub_envs(env) if is_minigrid(representative(env)) else None
+        self.minigrid = sub_envs(env) if family.startswith("BabyAI") else None  # the bot reads BabyAI missions
         self.bots: dict[int, BabyAIExpert] = {}
 
     def reset(self, seed: int | None = None, slot: int = 0) -> None:

@@ -277,7 +277,6 @@ def evaluate_play(folders: list[Path], summaries: list[dict], args, parser) -> N
         mean = f"trained (mean of {len(trained)} seeds)"
         returns[mean] = [sum(r) / len(r) for r in zip(*(returns[name] for name in trained))]
         wins[mean] = [sum(w) / len(w) for w in zip(*(wins[name] for name in trained))]
-        trained[mean] = []
     rows = []
     for name in returns:
         r, s = episode_bootstrap(returns[name], seeds), episode_bootstrap(wins[name], seeds)
@@ -285,7 +284,7 @@ def evaluate_play(folders: list[Path], summaries: list[dict], args, parser) -> N
                                    "successes": wins[name]}
         rows.append(f"| {name} | {r.estimate:.3f} [{r.low:.3f}, {r.high:.3f}] | {s.estimate:.2f} [{s.low:.2f}, {s.high:.2f}] |")
     paired = []
-    for mine in trained:
+    for mine in [name for name in returns if name.startswith("trained")]:
         for name in agents:
             if name in trained:
                 continue
