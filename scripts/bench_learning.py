@@ -292,9 +292,10 @@ def evaluate_play(folders: list[Path], summaries: list[dict], args, parser) -> N
             results["paired"][f"{mine} - {name}"] = d.to_dict()
             paired.append(f"{mine} - {name} {d.estimate:+.3f} [{d.low:+.3f}, {d.high:+.3f}]")
     curve = f"docs/bench/train-{args.name}.png"
-    log = read_jsonl(folder / "train.jsonl")
-    seconds = [sorted(r.get("rollout_seconds", 0) + r["update_seconds"] for r in read_jsonl(f / "train.jsonl")
-                      if "update_seconds" in r) for f in folders]
+    logs = [read_jsonl(f / "train.jsonl") for f in folders]
+    log = logs[0]
+    seconds = [sorted(r.get("rollout_seconds", 0) + r["update_seconds"] for r in run_log if "update_seconds" in r)
+               for run_log in logs]
     timing = "; ".join(("" if len(folders) == 1 else f"seed {s['seed']}: ") + f"median of {len(t)} "
                        f"{t[len(t) // 2]:.1f}, in all {sum(t) / 60:.1f} min" for s, t in zip(summaries, seconds))
     seed, caption = f"training seed {summary['seed']}", "learning curve"

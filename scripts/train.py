@@ -58,9 +58,10 @@ def _train(config: TrainConfig, record: dict, lora, out: str, shards, progress: 
 
     single = dataclasses.replace(config, env=dataclasses.replace(config.env, num_envs=1),
                                  agent=dataclasses.replace(config.agent, policy="sample"))
-    if config.algorithm in ("sft", "bc"):
-        options = options_of(config, SFTOptions)
-        record["options"] = {**dataclasses.asdict(options), **dataclasses.asdict(lora)}  # in effect, defaults filled
+    cloning = config.algorithm in ("sft", "bc")
+    options = options_of(config, SFTOptions if cloning else PPOOptions)
+    record["options"] = {**dataclasses.asdict(options), **dataclasses.asdict(lora)}  # in effect, defaults filled
+    if cloning:
         policy = Policy(build_scorer(config), lora, config.seed)
         if config.algorithm == "sft":
             from jetgym.questions.sets import load_question_set
@@ -76,8 +77,6 @@ def _train(config: TrainConfig, record: dict, lora, out: str, shards, progress: 
         return run_sft(policy, train_set, options, out, held_out=held_out, seed=config.seed,
                        checkpoint_every=config.train.checkpoint_every, autocast=config.train.autocast,
                        config=record, progress=progress, shards=shards, on_start=on_start)
-    options = options_of(config, PPOOptions)
-    record["options"] = {**dataclasses.asdict(options), **dataclasses.asdict(lora)}
     record["env"] = dataclasses.asdict(config.env)
     record["agent"] = dataclasses.asdict(config.agent)
     if options.num_envs < shards.ranks.world_size:
