@@ -16,10 +16,17 @@ through the model; nothing here touches the inference paths.
   `max_batch_tokens` tokens; padding after a sequence changes none of its outputs.
 - `sequential` (hybrid recurrent models, which cannot take a tree mask): one full sequence per candidate,
   unpadded. Under gradients the prefix state is not shared across candidates.
+
+`FrozenTrunk` (packed only): when the embeddings and the decoder layers below `depth` are frozen (a LoRA on the
+last layers), what enters layer `depth` depends on the question alone, so it is kept per question and later
+calls run only the layers from `depth` on. Each question then takes a row of its own (no prefix shared across
+questions: the trunk runs once per question, not once per call).
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
@@ -43,15 +50,77 @@ class CandidateScores:
     hidden: torch.Tensor | None = None
 
 
+class FrozenTrunk:
+    """The hidden states entering decoder layer `depth`, kept per question (least recently used dropped past
+    `max_bytes`); valid only while the embeddings and the layers below `depth` stay frozen."""
+
+    # decoders whose forward feeds `inputs_embeds` unchanged into their first layer (checked against the full pass)
+    MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+
+    def __init__(self, depth: int, max_bytes: int = 1 << 30):
+        self.depth, self.max_bytes, self.bytes = depth, max_bytes, 0
+        self.kept: OrderedDict[tuple, torch.Tensor] = OrderedDict()
+
+    @classmethod
+    def fits(cls, model) -> bool:
+        return model.config.model_type in cls.MODEL_TYPES
+
+    def states(self, decoder, questions: list[EncodedQuestion], layout, mask, positions) -> torch.Tensor:
+        """The left-padded inputs of layer `depth` for the rows of `layout` (one question per row); rows not
+        kept yet run through the layers below `depth` first. Padding stays zero: a pad sees only itself."""
+        autocast = torch.is_autocast_enabled(positions.device.type)
+        keys = [(q.prefix, q.continuations, autocast) for q in questions]
+        rows = {b: self.kept[key] for b, key in enumerate(keys) if key in self.kept}
+        for b in rows:
+            self.kept.move_to_end(keys[b])
+        if len(rows) < len(keys):
+            with torch.no_grad(), _layers(decoder, slice(0, self.depth), norm=False):
+                below = decoder(input_ids=layout.ids.to(positions.device), attention_mask=mask, position_ids=positions,
+                                use_cache=False).last_hidden_state
+            for b, key in enumerate(keys):
+                if b not in rows:
+                    rows[b] = below[b, layout.pads[b]:].clone()
+                    self._keep(key, rows[b])
+        out = rows[0].new_zeros(len(keys), layout.ids.shape[1], rows[0].shape[-1])
+        for b, row in rows.items():
+            out[b, layout.pads[b]:] = row
+        return out
+
+    def _keep(self, key: tuple, row: torch.Tensor) -> None:
+        if key in self.kept:  # the same question twice in one call
+            return
+        self.kept[key] = row
+        self.bytes += row.numel() * row.element_size()
+        while self.bytes > self.max_bytes and len(self.kept) > 1:
+            _, dropped = self.kept.popitem(last=False)
+            self.bytes -= dropped.numel() * dropped.element_size()
+
+
+@contextmanager
+def _layers(decoder, part: slice, norm: bool = True):
+    """The decoder with only its layers `part` (and without its final norm unless `norm`)."""
+    layers, final = decoder.layers, decoder.norm
+    decoder.layers = torch.nn.ModuleList(list(layers)[part])
+    if not norm:
+        decoder.norm = torch.nn.Identity()
+    try:
+        yield
+    finally:
+        decoder.layers, decoder.norm = layers, final
+
+
 def candidate_logprobs(model, questions: Sequence[EncodedQuestion], schedule: GradSchedule = "packed",
-                       max_batch_tokens: int = 4096, min_shared: int = 0, hidden: bool = False) -> list[CandidateScores]:
+                       max_batch_tokens: int = 4096, min_shared: int = 0, hidden: bool = False,
+                       trunk: FrozenTrunk | None = None) -> list[CandidateScores]:
     """Differentiable candidate log-likelihoods of text questions (see the module notes)."""
     if schedule not in GRAD_SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r} for gradients; known: {', '.join(GRAD_SCHEDULES)}")
     if any(q.prefix_inputs for q in questions):
         raise ValueError("gradients are computed for text questions only; these questions carry image inputs")
+    if trunk is not None and schedule != "packed":
+        raise ValueError(f"a frozen trunk is kept for the packed schedule only, not {schedule!r}")
     if schedule == "packed":
-        return _packed(model, list(questions), max_batch_tokens, min_shared, hidden)
+        return _packed(model, list(questions), max_batch_tokens, 0 if trunk else min_shared, hidden, trunk)
     return _sequences(model, list(questions), max_batch_tokens if schedule == "independent" else 0, hidden)
 
 
@@ -70,7 +139,8 @@ def _sums(head, states: torch.Tensor, rows: list[int], targets: list[int], owner
     return torch.zeros(n, dtype=picked.dtype, device=device).index_add(0, torch.tensor(owners, device=device), picked)
 
 
-def _packed(model, questions: list[EncodedQuestion], capacity: int, min_shared: int, hidden: bool) -> list[CandidateScores]:
+def _packed(model, questions: list[EncodedQuestion], capacity: int, min_shared: int, hidden: bool,
+            trunk: FrozenTrunk | None) -> list[CandidateScores]:
     from .execution import row_call
 
     device = model_device(model)
@@ -87,9 +157,16 @@ def _packed(model, questions: list[EncodedQuestion], capacity: int, min_shared: 
         calls = [call for call, _ in built]
         last_keys = [[keys[-1] for keys in member_keys] for _, member_keys in built]
         layout = row_layout(calls, 0, last_keys if hidden else ())
+        mask, positions = layout.mask(model.dtype).to(device), layout.positions.to(device)
         with grouped_rows(model):
-            states = decoder(input_ids=layout.ids.to(device), attention_mask=layout.mask(model.dtype).to(device),
-                             position_ids=layout.positions.to(device), use_cache=False).last_hidden_state
+            if trunk is None:
+                states = decoder(input_ids=layout.ids.to(device), attention_mask=mask, position_ids=positions,
+                                 use_cache=False).last_hidden_state
+            else:
+                below = trunk.states(decoder, [questions[found[r][0][0]] for r in batch], layout, mask, positions)
+                with _layers(decoder, slice(trunk.depth, None)):
+                    states = decoder(inputs_embeds=below, attention_mask=mask, position_ids=positions,
+                                     use_cache=False).last_hidden_state
         kept = states[:, torch.tensor(layout.keep, device=device)].reshape(-1, states.shape[-1])
         slots = {owner: k for k, owner in enumerate(dict.fromkeys(layout.owners))}
         sums = _sums(head, kept, layout.rows, layout.targets, [slots[o] for o in layout.owners], len(slots))

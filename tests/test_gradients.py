@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from jetgym.scorers.execution import score_independent
-from jetgym.scorers.gradients import candidate_logprobs
+from jetgym.scorers.gradients import FrozenTrunk, candidate_logprobs
 from jetgym.scorers.prompts import EncodedQuestion
 
-from tiny_models import frame_questions, random_question, tiny_llama
+from tiny_models import frame_questions, random_question, tiny_llama, tiny_qwen3
 
 
 def tolerance(question: EncodedQuestion) -> float:
@@ -47,6 +47,32 @@ def test_packed_value_and_gradient_equal_independent(min_shared):
         assert (grad - plain_grads[name]).abs().max().item() <= 1e-4 * max(1.0, scale), name
 
 
+@pytest.mark.parametrize("make", [tiny_llama, tiny_qwen3])
+def test_frozen_trunk_states_give_the_full_pass(make):
+    model = make()
+    top = model.config.num_hidden_layers - 1
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_(f"layers.{top}." in name)  # a LoRA on the last layer leaves the rest frozen
+    trunk_runs = []
+    model.model.layers[0].register_forward_hook(lambda *_: trunk_runs.append(1))
+    rng = random.Random(7)
+    questions = [random_question(rng) for _ in range(5)] + frame_questions(rng, 12, [0, 3, 5, 2])
+    full, full_grads = grads(model, questions, "packed", max_batch_tokens=256)
+    plain, _ = grads(model, questions, "independent", max_batch_tokens=1)
+    for trunk in (FrozenTrunk(top), FrozenTrunk(top, max_bytes=1)):  # every question kept, or one at a time
+        grads(model, questions, "packed", max_batch_tokens=256, trunk=trunk)
+        trunk_runs.clear()
+        kept, kept_grads = grads(model, questions, "packed", max_batch_tokens=256, trunk=trunk)
+        assert bool(trunk_runs) == (trunk.max_bytes == 1)  # kept states: the frozen layers do not run again
+        assert len(trunk.kept) == (len(questions) if trunk.max_bytes > 1 else 1)
+        for question, a, b, c in zip(questions, kept, full, plain):
+            assert torch.allclose(a.logprobs, b.logprobs, atol=1e-6) and torch.allclose(a.hidden, b.hidden, atol=1e-6)
+            assert torch.allclose(a.logprobs.double(), c.logprobs.double(), atol=tolerance(question))
+        assert kept_grads.keys() == full_grads.keys() and all(f"layers.{top}." in name for name in kept_grads)
+        for name, grad in kept_grads.items():
+            assert torch.allclose(grad, full_grads[name], atol=1e-5 * max(1.0, grad.abs().max().item())), name
+
+
 def test_batched_sequences_equal_one_at_a_time():
     model = tiny_llama()
     rng = random.Random(11)
@@ -80,3 +106,5 @@ def test_refuses_what_it_cannot_compute():
         candidate_logprobs(model, [question], "packed", max_batch_tokens=16)
     with pytest.raises(ValueError, match="unknown schedule 'batched' for gradients; known: packed, independent"):
         candidate_logprobs(model, [question], "batched")
+    with pytest.raises(ValueError, match="a frozen trunk is kept for the packed schedule only, not 'independent'"):
+        candidate_logprobs(model, [question], "independent", trunk=FrozenTrunk(1))

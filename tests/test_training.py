@@ -94,6 +94,23 @@ def test_same_seed_same_adapter(tmp_path):
     assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
 
 
+def test_lora_on_the_last_layers_trains_on_kept_trunk_states(tmp_path):
+    policy = Policy(tiny_scorer(), LoraOptions(lora_rank=4, lora_alpha=8, lora_layers=1), seed=0)
+    assert policy.trunk is not None and policy.trunk.depth == 1
+    assert Policy(tiny_scorer(), LoraOptions(lora_rank=4, lora_alpha=8)).trunk is None  # every layer trained
+    questions = [Question(context=f"item {k}: the colour is", candidates=["red", "tan", "sky"], gold=2, id=str(k))
+                 for k in range(6)]
+    summary = run_sft(policy, questions, SFTOptions(epochs=3, minibatch=3, learning_rate=0.02), tmp_path,
+                      held_out=questions[:2], progress=False)
+    assert len(policy.trunk.kept) == len(questions)
+    kept = policy.evaluate(questions)
+    policy.trunk = None
+    full = policy.evaluate(questions)
+    for a, b in zip(kept.log_q, full.log_q):
+        assert torch.allclose(a, b, atol=1e-6)
+    assert summary["held_out_after"]["held_out_gold_nll"] < summary["held_out_before"]["held_out_gold_nll"]
+
+
 def test_sft_lowers_held_out_gold_nll(tmp_path):
     policy = Policy(tiny_scorer(), LoraOptions(lora_rank=4, lora_alpha=8), seed=0)
     words = ["red", "tan", "sky", "ink"]

@@ -6,6 +6,8 @@ scorer's decision rule: the same `normalization` and `temperature`, softmax over
 value of its context (a linear head on the context's last hidden state). The scorer (`Policy.scorer`)
 runs the same weights without gradients for rollouts and evaluation; after each optimizer step
 `Policy.weights_changed()` drops the prefix it keeps between calls, so it never reads stale keys.
+A LoRA on the last `lora_layers` layers leaves the layers below frozen, so what enters the first trained
+layer is kept per question (`gradients.FrozenTrunk`) and later epochs run only the trained layers.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import torch
 
 from jetgym.scorers import Question
 from jetgym.scorers.adapters import FULL_WEIGHTS, base_fingerprint, write_metadata
-from jetgym.scorers.gradients import candidate_logprobs
+from jetgym.scorers.gradients import FrozenTrunk, candidate_logprobs
 
 from .options import LoraOptions
 
@@ -44,6 +46,7 @@ class Policy:
             raise ValueError(f"scorer.normalization={options.normalization!r} cannot be trained (its prior runs "
                              f"outside the gradient): use one of {', '.join(TRAINABLE_NORMALIZATIONS)}")
         self.scorer, self.lora, self.grad_schedule = scorer, lora, grad_schedule
+        self.trunk: FrozenTrunk | None = None
         loaded = scorer.loaded
         if loaded.kind != "attention" and grad_schedule == "packed":
             self.grad_schedule = "sequential"
@@ -61,6 +64,9 @@ class Policy:
                                 target_modules=list(lora.lora_targets),
                                 layers_to_transform=layers, bias="none")
             self.peft = get_peft_model(model, config)  # injects the adapter into `model` in place
+            frozen = n_layers - lora.lora_layers if lora.lora_layers else 0
+            if frozen and self.grad_schedule == "packed" and FrozenTrunk.fits(model):
+                self.trunk = FrozenTrunk(frozen)
         else:
             self.peft = None
             for parameter in model.parameters():
@@ -105,12 +111,12 @@ class Policy:
         if reference:
             if self.peft is None:
                 raise ValueError("train.kl_coef needs finetune=lora (the frozen model is the adapter switched off)")
-            with torch.no_grad(), self.peft.disable_adapter():
+            with torch.no_grad(), self.peft.disable_adapter():  # the trunk has no adapter: the same states
                 scored = candidate_logprobs(self.model, encoded, self.grad_schedule, options.max_batch_tokens,
-                                            options.min_shared_prefix)
+                                            options.min_shared_prefix, trunk=self.trunk)
         else:
             scored = candidate_logprobs(self.model, encoded, self.grad_schedule, options.max_batch_tokens,
-                                        options.min_shared_prefix, hidden=True)
+                                        options.min_shared_prefix, hidden=True, trunk=self.trunk)
         log_q, raw = [], []
         for item, result in zip(prepared, scored):
             order = [item.unique.index(text) for text in item.candidates]
