@@ -7,7 +7,10 @@ step, through:
 - `packed`: `jetgym.scorers.gradients` packed rows; neighbouring questions share their common prefix (the
   env's task text) once per row, the output head runs only where a candidate token is predicted;
 - `per-candidate`: one full prompt + candidate sequence per candidate, right-padded into batches (how
-  per-candidate trainers such as TWOSOME and GLAM compute it), the same gradients.
+  per-candidate trainers such as TWOSOME and GLAM compute it), the same gradients;
+- `kept-trunk` (with `--lora-layers N`, the adapter on the last N layers): packed rows whose frozen layers'
+  states were kept by an earlier pass over the same questions (`gradients.FrozenTrunk`: every epoch after the
+  first, and PPO's later passes over a rollout), so only the trained layers run.
 Both in fp32 and under bf16 autocast. The methods run in one process, interleaved (the order rotates each
 round), after a warm-up; each reports the first pass, the median and the quartiles; gradient agreement with
 `per-candidate` is checked in fp32. Peak memory is the process's peak resident set after each method's
@@ -76,18 +79,20 @@ def gradients(policy) -> dict:
     return {n: p.grad.detach().clone() for n, p in policy.model.named_parameters() if p.grad is not None}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--minibatch", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--lora-layers", type=int, default=0,
+                        help="LoRA on the last N layers (0: every layer); N > 0 adds the kept-trunk method")
     parser.add_argument("--max-batch-tokens", type=int, default=4096)
     parser.add_argument("--dtypes", nargs="+", choices=("fp32", "bf16"), default=["fp32", "bf16"],
                         help="fp32 and/or bf16 autocast (bf16 backward is slow on CPUs whose torch build falls back to "
                              "its reference GEMM for it)")
     parser.add_argument("--output-dir", default="outputs/bench-train")
     parser.add_argument("--docs", action="store_true", help="also write the `train-speed` section of docs/benchmarks.md")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.rounds < 1 or args.minibatch < 1:
         parser.error("--rounds and --minibatch must be >= 1")
 
@@ -96,17 +101,21 @@ def main() -> None:
     from jetgym.training.policy import Policy
 
     scorer = make_scorer("jet", model=args.model, max_batch_tokens=args.max_batch_tokens)
-    policy = Policy(scorer, LoraOptions(), seed=0)
+    policy = Policy(scorer, LoraOptions(lora_layers=args.lora_layers), seed=0)
+    trunk = policy.trunk
     workloads = {name: questions_of(name, scorer, args.minibatch, seed=100 + k) for k, name in enumerate(ENVS)}
     generator = torch.Generator().manual_seed(0)
     signals = {name: (torch.randn(args.minibatch, generator=generator), torch.randn(args.minibatch, generator=generator))
                for name in ENVS}
-    methods = [f"{schedule}/{dtype}" for dtype in args.dtypes for schedule in ("packed", "per-candidate")]
-    schedule_of = {"packed": "packed", "per-candidate": "independent"}
+    schedules = ("packed", "per-candidate") + (("kept-trunk",) if trunk else ())
+    methods = [f"{schedule}/{dtype}" for dtype in args.dtypes for schedule in schedules]
+    schedule_of = {"packed": "packed", "per-candidate": "independent", "kept-trunk": "packed"}
+    exact = [f"{schedule}/fp32" for schedule in schedules]
 
     def run(method: str, workload: str) -> float:
         schedule, dtype = method.split("/")
         policy.grad_schedule = schedule_of[schedule]
+        policy.trunk = trunk if schedule == "kept-trunk" else None
         advantages, returns = signals[workload]
         seconds = one_update(policy, workloads[workload], advantages, returns, dtype == "bf16")
         print(f"{workload} {method}: {seconds:.2f} s", flush=True)
@@ -115,12 +124,13 @@ def main() -> None:
     agreement = {}
     for workload in ENVS:  # warm-up, and the fp32 gradient check
         grads = {}
-        for method in ("packed/fp32", "per-candidate/fp32"):
+        for method in exact:  # kept-trunk's warm-up keeps the states its timed passes read
             run(method, workload)
             grads[method] = gradients(policy)
-        worst = max(float((grads["packed/fp32"][n] - grads["per-candidate/fp32"][n]).abs().max()
-                          / (grads["per-candidate/fp32"][n].abs().max() + 1e-12)) for n in grads["packed/fp32"])
-        agreement[workload] = worst
+        reference = grads["per-candidate/fp32"]
+        agreement[workload] = {method.split("/")[0]: max(float((grads[method][n] - reference[n]).abs().max()
+                                                               / (reference[n].abs().max() + 1e-12)) for n in reference)
+                               for method in exact if method != "per-candidate/fp32"}
         for method in [m for m in methods if m.endswith("bf16")]:
             run(method, workload)
     times = {(m, w): [] for m in methods for w in ENVS}
@@ -132,27 +142,36 @@ def main() -> None:
                 peak[method] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     tokens = {w: sum(len(p.encoded.prefix) + len(c) for p in scorer.prepare([q for q, _ in workloads[w]])
                      for c in p.encoded.continuations) for w in ENVS}
-    results = {"model": args.model, "minibatch": args.minibatch, "rounds": args.rounds, "threads": torch.get_num_threads(),
+    results = {"model": args.model, "minibatch": args.minibatch, "rounds": args.rounds, "lora_layers": args.lora_layers,
+               "threads": torch.get_num_threads(),
                "machine": platform.processor() or platform.machine(), "gradient_max_relative_difference": agreement,
                "timings": {f"{m} {w}": spread(v) for (m, w), v in times.items()}, "peak_rss_mib": peak,
                "per_candidate_tokens": tokens}
+    layers = f"the last {args.lora_layers} layers" if args.lora_layers else "every layer"
+    fast = [s for s in schedules if s != "per-candidate"]
     lines = ["## train-speed", "", "Command: `jetgym-bench-train " + f"--rounds {args.rounds} --minibatch {args.minibatch}"
-             + f" --dtypes {' '.join(args.dtypes)}"
+             + (f" --lora-layers {args.lora_layers}" if args.lora_layers else "") + f" --dtypes {' '.join(args.dtypes)}"
              + (" --docs`" if args.docs else "`"), "",
-             f"One PPO minibatch update (forward + backward of the clipped loss and the value loss, LoRA r=8 on every layer "
+             f"One PPO minibatch update (forward + backward of the clipped loss and the value loss, LoRA r=8 on {layers} "
              f"of the embedded model, {args.minibatch} questions), {torch.get_num_threads()} threads, "
-             f"{args.rounds} interleaved rounds after a warm-up. Seconds: median [q1, q3], first pass.", "",
-             "| env | dtype | packed | per-candidate | speed-up (median) |", "|---|---|---|---|---|"]
+             f"{args.rounds} interleaved rounds after a warm-up. Seconds: median [q1, q3], first pass; speed-up: "
+             f"per-candidate seconds over the method's, median over rounds (range).", "",
+             "| env | dtype | " + " | ".join(schedules) + " | " + " | ".join(f"speed-up {s}" for s in fast) + " |",
+             "|---|---|" + "---|" * (len(schedules) + len(fast))]
     for workload in ENVS:
         for dtype in args.dtypes:
-            a, b = times[(f"packed/{dtype}", workload)], times[(f"per-candidate/{dtype}", workload)]
-            sa, sb = spread(a), spread(b)
-            ratios = [y / x for x, y in zip(a, b)]
-            lines.append(f"| {workload} | {dtype} | {sa['median']:.2f} [{sa['q1']:.2f}, {sa['q3']:.2f}], {sa['first']:.2f} "
-                         f"| {sb['median']:.2f} [{sb['q1']:.2f}, {sb['q3']:.2f}], {sb['first']:.2f} "
-                         f"| {statistics.median(ratios):.2f}x (per round {min(ratios):.2f}-{max(ratios):.2f}) |")
-    lines += ["", "Gradient agreement in fp32 (largest |packed - per-candidate| over a tensor, relative to that tensor's "
-              "largest per-candidate value): " + ", ".join(f"{w} {v:.1e}" for w, v in agreement.items()) + ".",
+            cells = []
+            for schedule in schedules:
+                sa = spread(times[(f"{schedule}/{dtype}", workload)])
+                cells.append(f"{sa['median']:.2f} [{sa['q1']:.2f}, {sa['q3']:.2f}], {sa['first']:.2f}")
+            slow = times[(f"per-candidate/{dtype}", workload)]
+            for schedule in fast:
+                ratios = [y / x for x, y in zip(times[(f"{schedule}/{dtype}", workload)], slow)]
+                cells.append(f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})")
+            lines.append(f"| {workload} | {dtype} | " + " | ".join(cells) + " |")
+    lines += ["", "Gradient agreement in fp32 (largest |method - per-candidate| over a tensor, relative to that tensor's "
+              "largest per-candidate value): " + "; ".join(f"{w} " + ", ".join(f"{m} {v:.1e}" for m, v in found.items())
+                                                           for w, found in agreement.items()) + ".",
               "Prompt + candidate tokens the per-candidate path runs per minibatch: "
               + ", ".join(f"{w} {n}" for w, n in tokens.items()) + ".",
               "Peak resident memory of the process after each method's rounds (MiB, monotonic): "

@@ -100,8 +100,11 @@ def test_lora_on_the_last_layers_trains_on_kept_trunk_states(tmp_path):
     assert Policy(tiny_scorer(), LoraOptions(lora_rank=4, lora_alpha=8)).trunk is None  # every layer trained
     questions = [Question(context=f"item {k}: the colour is", candidates=["red", "tan", "sky"], gold=2, id=str(k))
                  for k in range(6)]
-    summary = run_sft(policy, questions, SFTOptions(epochs=3, minibatch=3, learning_rate=0.02), tmp_path,
-                      held_out=questions[:2], progress=False)
+    summary = run_sft(policy, questions, SFTOptions(epochs=3, minibatch=3, learning_rate=0.02, lr_schedule="linear"),
+                      tmp_path, held_out=questions[:2], progress=False)
+    rates = [row["learning_rate"] for row in map(json.loads, (tmp_path / "train.jsonl").read_text().splitlines())
+             if "loss" in row]
+    assert rates == pytest.approx([0.02 * (1 - k / 6) for k in range(6)])  # linear decay over the 6 updates
     assert len(policy.trunk.kept) == len(questions)
     kept = policy.evaluate(questions)
     policy.trunk = None
@@ -131,6 +134,8 @@ def test_bad_training_inputs_are_refused(tmp_path):
         PPOOptions(minibatch=0)
     with pytest.raises(ValueError, match=r"train.gamma must be in \[0, 1\], got 1.5"):
         PPOOptions(gamma=1.5)
+    with pytest.raises(ValueError, match="train.lr_schedule must be one of constant, linear, got 'cosine'"):
+        SFTOptions(lr_schedule="cosine")
     with pytest.raises(ValueError, match="train.finetune must be 'lora' or 'full', got 'half'"):
         LoraOptions(finetune="half")
     loaded = LoadedModel("tiny-llama", tiny_llama(), ByteTokenizer(), None, "attention", 512)
@@ -568,6 +573,20 @@ def test_learning_benchmark_reads_every_demonstration_file_and_refuses_bad_count
     with pytest.raises(SystemExit):
         main([str(tmp_path), "--name", "x", "--stop-loops"])
     assert "this run's agent quotes its last 2 actions (agent.memory)" in capsys.readouterr().err
+
+
+def test_training_speed_benchmark_checks_every_method_against_per_candidate(tiny_folder, tmp_path):
+    from jetgym.scripts.bench_train import main
+
+    main(["--model", tiny_folder, "--rounds", "1", "--minibatch", "3", "--lora-layers", "1", "--dtypes", "fp32",
+          "--output-dir", str(tmp_path)])
+    results = json.loads((tmp_path / "train_speed.json").read_text())
+    methods = ("packed", "per-candidate", "kept-trunk")
+    assert set(results["timings"]) == {f"{m}/fp32 {w}" for m in methods for w in ("frozenlake", "taxi")}
+    for found in results["gradient_max_relative_difference"].values():
+        assert set(found) == {"packed", "kept-trunk"} and max(found.values()) < 1e-4
+    table = (tmp_path / "train_speed.md").read_text()
+    assert "| env | dtype | packed | per-candidate | kept-trunk | speed-up packed | speed-up kept-trunk |" in table
 
 
 def test_learning_benchmark_plays_several_training_seeds_on_the_same_held_out_seeds(tiny_folder, tmp_path, capsys):

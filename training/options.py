@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Callable, Literal
 
 Finetune = Literal["lora", "full"]
+LR_SCHEDULES = ("constant", "linear")
 
 
 @dataclass(frozen=True)
@@ -44,8 +45,10 @@ class PPOOptions:
     entropy_coef: float = 0.01
     kl_coef: float = 0.0
     max_grad_norm: float = 1.0
+    lr_schedule: str = "constant"
 
     def __post_init__(self):
+        _check_schedule(self)
         _check(self, ("num_envs", "rollout_steps", "epochs", "minibatch"), lambda v: v >= 1, ">= 1")
         _check(self, ("gamma", "gae_lambda"), lambda v: 0 <= v <= 1, "in [0, 1]")
         _check(self, ("learning_rate", "clip", "max_grad_norm"), lambda v: v > 0, "> 0")
@@ -58,10 +61,25 @@ class SFTOptions:
     minibatch: int = 8
     learning_rate: float = 1e-4
     max_grad_norm: float = 1.0
+    lr_schedule: str = "constant"
 
     def __post_init__(self):
+        _check_schedule(self)
         _check(self, ("epochs", "minibatch"), lambda v: v >= 1, ">= 1")
         _check(self, ("learning_rate", "max_grad_norm"), lambda v: v > 0, "> 0")
+
+
+def learning_rate_at(options: PPOOptions | SFTOptions, done: float, total: float) -> float:
+    """The learning rate once `done` of `total` (updates, or PPO's env steps) are behind (`lr_schedule`:
+    `constant`, or `linear` decay from `learning_rate` to 0 at the end)."""
+    if options.lr_schedule == "linear":
+        return options.learning_rate * (1 - done / max(total, 1))
+    return options.learning_rate
+
+
+def _check_schedule(options) -> None:
+    if options.lr_schedule not in LR_SCHEDULES:
+        raise ValueError(f"train.lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {options.lr_schedule!r}")
 
 
 def _check(options, names: tuple[str, ...], valid: Callable[[float], bool], rule: str) -> None:

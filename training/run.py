@@ -30,7 +30,7 @@ from tqdm import tqdm
 from jetgym.runs.folder import append_jsonl, dumps, folder_lock, make_folder, read_jsonl, write_json, write_text
 
 from .data_parallel import Shards
-from .options import PPOOptions, SFTOptions
+from .options import PPOOptions, SFTOptions, learning_rate_at
 from .ppo import Rollout, Rollouts, update
 from .sft import check_labelled, evaluate_questions, sft_step
 
@@ -184,6 +184,7 @@ def run_ppo(policy, envs: Sequence[Any], agent, options: PPOOptions, output_dir:
             begun = time.monotonic()
             rollout = Rollout.merge(shards.gather(rollouts.collect(options.rollout_steps)))
             collected = time.monotonic()
+            rate = _set_learning_rate(optimizer, learning_rate_at(options, steps, env_steps))
             losses = update(policy, optimizer, rollout, options, generator, autocast, shards)
             done += 1
             steps += per_update
@@ -192,7 +193,7 @@ def run_ppo(policy, envs: Sequence[Any], agent, options: PPOOptions, output_dir:
             row = {"update": done, "env_steps": steps, "episodes": len(returns),
                    "mean_return": sum(returns) / len(returns) if returns else None,
                    "success_rate": sum(success) / len(success) if success else None,
-                   **{k: round(v, 6) for k, v in losses.items()},
+                   **{k: round(v, 6) for k, v in losses.items()}, "learning_rate": rate,
                    "rollout_seconds": round(collected - begun, 3), "update_seconds": round(time.monotonic() - collected, 3),
                    "decisions_per_second": round(per_update / max(collected - begun, 1e-9), 3)}
             rows.append(row)
@@ -243,11 +244,12 @@ def run_sft(policy, questions: Sequence, options: SFTOptions, output_dir: str | 
         while done < total:
             epoch, k = divmod(done, per_epoch)
             idx = orders[epoch][k * options.minibatch:(k + 1) * options.minibatch]
+            rate = _set_learning_rate(optimizer, learning_rate_at(options, done, total))
             begun = time.monotonic()
             loss = sft_step(policy, optimizer, [questions[i] for i in idx], options, autocast, shards)
             done += 1
             row = {"update": done, "epoch": epoch + (k + 1) / per_epoch, "questions_seen": done * options.minibatch,
-                   "loss": round(loss, 6), "update_seconds": round(time.monotonic() - begun, 3)}
+                   "loss": round(loss, 6), "learning_rate": rate, "update_seconds": round(time.monotonic() - begun, 3)}
             if done % per_epoch == 0 and held_out:
                 row.update(_prefixed(evaluate_questions(policy.scorer, held_out, shards)))
             rows.append(row)
@@ -266,6 +268,12 @@ def run_sft(policy, questions: Sequence, options: SFTOptions, output_dir: str | 
         if not shards.writer:
             return summary
         return folder.finish(policy, summary, rows, "questions_seen", ["loss", "held_out_gold_nll", "held_out_accuracy"])
+
+
+def _set_learning_rate(optimizer, rate: float) -> float:
+    for group in optimizer.param_groups:
+        group["lr"] = rate
+    return rate
 
 
 def _prefixed(metrics: dict) -> dict:
