@@ -121,6 +121,17 @@ def demonstration_episodes(run: dict) -> list[tuple[int, int, int]]:
     return sorted({(k, row["episode"], row["seed"]) for k, path in enumerate(files) for row in read_jsonl(path)})
 
 
+def seed_spans(seeds) -> str:
+    """Seeds as runs of consecutive ones, e.g. `1000..1149, 3000..3039` (a run of one: the seed alone)."""
+    ordered = sorted(seeds)
+    spans, start = [], ordered[0]
+    for previous, seed in zip(ordered, ordered[1:] + [None]):
+        if seed != previous + 1:
+            spans.append(str(start) if start == previous else f"{start}..{previous}")
+            start = seed
+    return ", ".join(spans)
+
+
 def demonstration_seeds(run: dict) -> set[int]:
     """The episode seeds of a behaviour-cloning run's demonstrations (none for PPO)."""
     return {seed for _, _, seed in demonstration_episodes(run)}
@@ -333,7 +344,7 @@ def evaluate_play(folders: list[Path], summaries: list[dict], args, parser) -> N
             + f", env `{run['env']['id']}` `{json.dumps(run['env']['kwargs'], sort_keys=True)}`.", "",
             f"Held-out seeds {held[0]}..{held[1] - 1} ("
             + ("training seeds are >= 1,000,000" if run["algorithm"] == "ppo" else
-               f"the demonstrations used seeds {min(used_seeds)}..{max(used_seeds)}")
+               f"the demonstrations used seeds {seed_spans(used_seeds)}")
             + (f"; the fixed control was picked on seeds {tuning[0]}..{tuning[1] - 1}" if best else
                "; no fixed control: the env's action mask removes every control at some step, so none can be "
                "played alone")

@@ -552,7 +552,7 @@ def test_learning_benchmark_leaves_out_fixed_controls_the_env_masks():
 
 
 def test_learning_benchmark_reads_every_demonstration_file_and_refuses_bad_counts(tmp_path, capsys):
-    from jetgym.scripts.bench_learning import demonstration_episodes, demonstration_seeds, main
+    from jetgym.scripts.bench_learning import demonstration_episodes, demonstration_seeds, main, seed_spans
 
     for k, seeds in enumerate(((1, 2, 2), (1,))):  # file 0: episode 1 has two steps
         rows = [{"episode": e, "seed": s} for e, s in zip((0, 1, 1), seeds)]
@@ -563,6 +563,7 @@ def test_learning_benchmark_reads_every_demonstration_file_and_refuses_bad_count
     assert demonstration_seeds({"algorithm": "bc", "train": {"demonstrations": files}}) == {1, 2}
     assert demonstration_seeds({"algorithm": "bc", "train": {"demonstrations": files[1]}}) == {1}
     assert demonstration_seeds({"algorithm": "ppo", "train": {"demonstrations": None}}) == set()
+    assert seed_spans({3001, 1000, 1001, 1002, 3000, 7}) == "7, 1000..1002, 3000..3001"
     with pytest.raises(SystemExit):
         main([str(tmp_path), "--name", "x", "--num-envs", "0"])
     assert "--num-envs must be >= 1, got 0" in capsys.readouterr().err
