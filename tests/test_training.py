@@ -581,12 +581,13 @@ def test_training_speed_benchmark_checks_every_method_against_per_candidate(tiny
 
     main(["--model", tiny_folder, "--rounds", "1", "--minibatch", "3", "--lora-layers", "1", "--dtypes", "fp32",
           "--output-dir", str(tmp_path)])
-    results = json.loads((tmp_path / "train_speed.json").read_text())
+    results = json.loads((tmp_path / "train_speed_last_1.json").read_text())
     methods = ("packed", "per-candidate", "kept-trunk")
     assert set(results["timings"]) == {f"{m}/fp32 {w}" for m in methods for w in ("frozenlake", "taxi")}
     for found in results["gradient_max_relative_difference"].values():
         assert set(found) == {"packed", "kept-trunk"} and max(found.values()) < 1e-4
-    table = (tmp_path / "train_speed.md").read_text()
+    table = (tmp_path / "train_speed_last_1.md").read_text()
+    assert table.startswith("## train-speed-last-1\n")
     assert "| env | dtype | packed | per-candidate | kept-trunk | speed-up packed | speed-up kept-trunk |" in table
 
 
