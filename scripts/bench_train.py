@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="fp32 and/or bf16 autocast (bf16 backward is slow on CPUs whose torch build falls back to "
                              "its reference GEMM for it)")
     parser.add_argument("--output-dir", default="outputs/bench-train")
-    parser.add_argument("--docs", action="store_true", help="also write the section `train-speed` (with --lora-layers N: `train-speed-last-N`) of docs/benchmarks.md")
+    parser.add_argument("--docs", action="store_true",
+                        help="also write docs/benchmarks.md, section `train-speed` (`train-speed-last-N` with --lora-layers N)")
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.minibatch < 1:
         parser.error("--rounds and --minibatch must be >= 1")
@@ -150,7 +151,8 @@ def main(argv: list[str] | None = None) -> None:
     layers = f"the last {args.lora_layers} layers" if args.lora_layers else "every layer"
     fast = [s for s in schedules if s != "per-candidate"]
     name = "train_speed" + (f"_last_{args.lora_layers}" if args.lora_layers else "")
-    lines = [f"## {name.replace('_', '-')}", "", "Command: `jetgym-bench-train " + f"--rounds {args.rounds} --minibatch {args.minibatch}"
+    lines = [f"## {name.replace('_', '-')}", "",
+             "Command: `jetgym-bench-train " + f"--rounds {args.rounds} --minibatch {args.minibatch}"
              + (f" --lora-layers {args.lora_layers}" if args.lora_layers else "") + f" --dtypes {' '.join(args.dtypes)}"
              + (" --docs`" if args.docs else "`"), "",
              f"One PPO minibatch update (forward + backward of the clipped loss and the value loss, LoRA r=8 on {layers} "
