@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 from jetgym.scripts.benchmarks_doc import rotated, spread, write_results
 
@@ -49,16 +50,30 @@ def responses(results: dict, task: str) -> list:
     return [r for s in samples for r in s["filtered_resps"]]
 
 
-def agreement(reference: dict, ours: dict, task: str) -> dict:
+def request_tokens(results: dict, task: str, count: Callable[[str], int]) -> list[int]:
+    """Tokens of each request (its context and continuation, or its rolling text), in `responses` order."""
+    samples = sorted(results["samples"][task], key=lambda s: s["doc_id"])
+    return [sum(count(text) for text in args if isinstance(text, str)) for s in samples for args in s["arguments"]]
+
+
+def agreement(reference: dict, ours: dict, task: str, count: Callable[[str], int] | None = None) -> dict:
+    """Requests, the largest |delta|, identical is_greedy and metrics; with `count` (a token counter, float32),
+    how many requests lie within the fp32 bound 1e-4 + 1e-5 per token and the largest |delta| / bound."""
     ref, mine = responses(reference, task), responses(ours, task)
     values = [(a[0], b[0]) if isinstance(a, (list, tuple)) else (a, b) for a, b in zip(ref, mine)]
     greedy = [a[1] == b[1] for a, b in zip(ref, mine) if isinstance(a, (list, tuple))]
     metrics = {k: (reference["results"][task][k], ours["results"][task][k]) for k in reference["results"][task]
                if k.endswith(",none") and "stderr" not in k}
-    return {"requests": len(ref), "max_abs_delta": max(abs(float(a) - float(b)) for a, b in values),
-            "is_greedy_identical": f"{sum(greedy)}/{len(greedy)}" if greedy else "n/a",
-            "metrics_identical": all(a == b for a, b in metrics.values()),
-            "metrics": {k: {"hf": a, "jetgym": b} for k, (a, b) in metrics.items()}}
+    deltas = [abs(float(a) - float(b)) for a, b in values]
+    out = {"requests": len(ref), "max_abs_delta": max(deltas),
+           "is_greedy_identical": f"{sum(greedy)}/{len(greedy)}" if greedy else "n/a",
+           "metrics_identical": all(a == b for a, b in metrics.values()),
+           "metrics": {k: {"hf": a, "jetgym": b} for k, (a, b) in metrics.items()}}
+    if count is not None:
+        bounds = [1e-4 + 1e-5 * n for n in request_tokens(reference, task, count)]
+        out["within_fp32_bound"] = f"{sum(d <= b for d, b in zip(deltas, bounds))}/{len(deltas)}"
+        out["largest_delta_over_bound"] = max(d / b for d, b in zip(deltas, bounds))
+    return out
 
 
 def run_bench(args) -> dict:
@@ -75,6 +90,10 @@ def run_bench(args) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     folder = resolve(args.model)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    count = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
     extra = Path(tempfile.mkdtemp(prefix="jetgym-bench-lm-eval-"))
     text_task = perplexity_task(extra)
     manager = TaskManager(include_path=[str(task_folder()), str(extra)])
@@ -115,7 +134,7 @@ def run_bench(args) -> dict:
                   "seconds": {name: spread(v) for name, v in seconds.items()}, "agreement": {}}
         for dtype in args.dtypes:
             hf, jet = f"hf_bs{args.hf_batch_size}_{dtype}", f"jetgym_{dtype}"
-            result["agreement"][dtype] = agreement(last[hf], last[jet], task)
+            result["agreement"][dtype] = agreement(last[hf], last[jet], task, count if dtype == "float32" else None)
             result["seconds"][f"speedup_{dtype}"] = {
                 "median": result["seconds"][hf]["median"] / result["seconds"][jet]["median"],
                 "first": result["seconds"][hf]["first"] / result["seconds"][jet]["first"]}
@@ -148,7 +167,10 @@ def render(r: dict) -> str:
             s, a = w["seconds"][f"speedup_{dtype}"], w["agreement"][dtype]
             metrics = ", ".join(f"{k.split(',')[0]} {v['hf']:.4f}/{v['jetgym']:.4f}" for k, v in a["metrics"].items())
             lines.append(f"- {dtype}: hf / jetgym = **{s['median']:.2f}x** (first pass {s['first']:.2f}x); "
-                         f"{a['requests']} requests, max |delta loglikelihood| {a['max_abs_delta']:.2e}, is_greedy "
+                         f"{a['requests']} requests, max |delta loglikelihood| {a['max_abs_delta']:.2e}"
+                         + (f" (within the fp32 bound: {a['within_fp32_bound']}, largest |delta| / bound "
+                            f"{a['largest_delta_over_bound']:.2f})" if "within_fp32_bound" in a else "")
+                         + ", is_greedy "
                          f"identical {a['is_greedy_identical']}, metrics identical: {a['metrics_identical']} "
                          f"(hf/jetgym: {metrics})")
         lines.append("")

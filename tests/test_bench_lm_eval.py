@@ -22,6 +22,15 @@ def test_agreement_counts_greedy_and_the_largest_delta():
     assert not agreement(hf, results([[(-1.0, True), (-2.0, False)], [(-3.0, False)]], 1.0), "t")["metrics_identical"]
 
 
+def test_agreement_checks_each_request_against_the_fp32_bound():
+    hf = results([[(-1.0, True), (-2.0, False)]], 0.5)
+    hf["samples"]["t"][0]["arguments"] = [("a b c", " d"), ("a b c", " e f")]  # 4 and 5 tokens: bounds 1.4e-4, 1.5e-4
+    ours = results([[(-1.00013, True), (-2.0003, False)]], 0.5)
+    a = agreement(hf, ours, "t", count=lambda text: len(text.split()))
+    assert a["within_fp32_bound"] == "1/2" and a["largest_delta_over_bound"] == pytest.approx(2.0, rel=1e-3)
+    assert "within_fp32_bound" not in agreement(hf, ours, "t")
+
+
 def test_report_names_every_method_and_speedup():
     seconds = {"first": 2.0, "median": 2.0, "q1": 1.5, "q3": 2.5}
     a = {"requests": 3, "max_abs_delta": 1e-6, "is_greedy_identical": "3/3", "metrics_identical": True,
@@ -34,6 +43,8 @@ def test_report_names_every_method_and_speedup():
     text = render(r)
     assert "| jetgym_float32 | 2.0 [1.5, 2.5] | 2.0 |" in text and "5-shot, first 20 documents" in text
     assert "bfloat16: hf / jetgym = **3.00x** (first pass 2.50x)" in text
+    r["workloads"]["w"]["agreement"]["float32"] = {**a, "within_fp32_bound": "3/3", "largest_delta_over_bound": 0.25}
+    assert "(within the fp32 bound: 3/3, largest |delta| / bound 0.25)" in render(r)
 
 
 def test_rounds_below_one_are_refused(capsys):
