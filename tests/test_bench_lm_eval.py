@@ -44,7 +44,7 @@ def test_report_names_every_method_and_speedup():
     assert "| jetgym_float32 | 2.0 [1.5, 2.5] | 2.0 |" in text and "5-shot, first 20 documents" in text
     assert "bfloat16: hf / jetgym = **3.00x** (first pass 2.50x)" in text
     r["workloads"]["w"]["agreement"]["float32"] = {**a, "within_fp32_bound": "3/3", "largest_delta_over_bound": 0.25}
-    assert "(within the fp32 bound: 3/3, largest |delta| / bound 0.25)" in render(r)
+    assert "(within 1e-4 + 1e-5 per request token: 3/3, largest |delta| / bound 0.25)" in render(r)
 
 
 def test_rounds_below_one_are_refused(capsys):
