@@ -27,6 +27,7 @@ Importing this module imports neither Hydra nor torch.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import fcntl
 import json
@@ -101,6 +102,24 @@ def dumps(value: Any, indent: int | None = None, what: str = "a result") -> str:
     except ValueError as error:
         raise ValueError(f"{what} holds a non-finite number (NaN or Infinity), which JSON cannot represent: "
                          f"{_non_finite(value)}") from error
+
+
+def as_json_data(value: Any) -> Any:
+    """`value` as it reads back from JSON (tuples become lists, dataclasses dicts, keys strings): settings recorded
+    in a file and the live ones compare equal exactly when their JSON is equal."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    return json.loads(json.dumps(value, sort_keys=True, default=_plain))
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    raise TypeError(f"{type(value).__name__} is not JSON data")
 
 
 def _non_finite(value: Any, where: str = "") -> str:
@@ -268,8 +287,8 @@ def check_settings(path: str | os.PathLike, settings: dict, *, defaults: dict | 
         raise ValueError(f"{path} is not valid JSON ({getattr(error, 'msg', error)}; {path.stat().st_size} bytes): the "
                          f"settings of the run in {path.parent} cannot be read; restore the file or use a fresh "
                          f"output_dir") from None
-    before = {**(defaults or {}), **recorded}
-    changed = _differences(before, settings)
+    before = as_json_data({**(defaults or {}), **recorded})
+    changed = _differences(before, as_json_data(settings))
     if changed:
         raise ValueError(f"{path.parent} holds a run with other settings ({', '.join(changed)}); use a fresh output_dir")
 

@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 import torch
 from tqdm import tqdm
 
-from jetgym.runs.folder import append_jsonl, dumps, folder_lock, make_folder, read_jsonl, write_json, write_text
+from jetgym.runs.folder import append_jsonl, as_json_data, dumps, folder_lock, make_folder, read_jsonl, write_json, write_text
 
 from .data_parallel import Shards
 from .options import PPOOptions, SFTOptions, learning_rate_at
@@ -46,7 +46,7 @@ class TrainingFolder:
 
     def __init__(self, output_dir: str | os.PathLike, config: dict):
         self.out = make_folder(output_dir)
-        self.config = config
+        self.config = as_json_data(config)  # as checkpoint.json will read it back
         self.log = self.out / TRAIN_LOG
 
     def check(self) -> dict | None:
