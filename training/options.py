@@ -7,18 +7,21 @@ from typing import Callable, Literal
 
 Finetune = Literal["lora", "full"]
 LR_SCHEDULES = ("constant", "linear")
+DEFAULT_LORA_LAYERS = 4
 
 
 @dataclass(frozen=True)
 class LoraOptions:
     """finetune: `lora` (peft LoRA on the attention and MLP projections) or `full` (every weight);
     lora_rank / lora_alpha: LoRA's r and alpha; lora_layers: LoRA on the last `lora_layers` decoder layers only
-    (0: all): gradients then stop below them, which makes backward cheaper; lora_targets: the module names."""
+    (0: all; default 4, every layer of a model with fewer): gradients then stop below them, which makes backward
+    cheaper, and the frozen layers' output is kept per question (`jetgym.scorers.gradients.FrozenTrunk`);
+    lora_targets: the module names."""
 
     finetune: Finetune = "lora"
     lora_rank: int = 8
     lora_alpha: int = 16
-    lora_layers: int = 0
+    lora_layers: int | None = None
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
     def __post_init__(self):
@@ -26,9 +29,17 @@ class LoraOptions:
             raise ValueError(f"train.finetune must be 'lora' or 'full', got {self.finetune!r}")
         if self.lora_rank < 1 or self.lora_alpha < 1:
             raise ValueError(f"train.lora_rank and train.lora_alpha must be >= 1, got {self.lora_rank} and {self.lora_alpha}")
-        if self.lora_layers < 0:
+        if self.lora_layers is not None and self.lora_layers < 0:
             raise ValueError(f"train.lora_layers must be >= 0 (0: every layer), got {self.lora_layers}")
         object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
+
+    def layers_of(self, n_layers: int) -> int:
+        """How many of a model's `n_layers` last layers get the adapter."""
+        if self.lora_layers is None:
+            return min(DEFAULT_LORA_LAYERS, n_layers)
+        if self.lora_layers > n_layers:
+            raise ValueError(f"train.lora_layers={self.lora_layers} exceeds the model's {n_layers} layers")
+        return self.lora_layers or n_layers
 
 
 @dataclass(frozen=True)

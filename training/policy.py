@@ -5,7 +5,12 @@ the `jet` scorer that acts with the same weights.
 scorer's decision rule: the same `normalization` and `temperature`, softmax over the candidates) and the
 value of its context (a linear head on the context's last hidden state). The scorer (`Policy.scorer`)
 runs the same weights without gradients for rollouts and evaluation; after each optimizer step
-`Policy.weights_changed()` drops the prefix it keeps between calls, so it never reads stale keys.
+`Policy.weights_changed()` drops the prefix it keeps between calls, so it never reads stale keys, and the
+decisions it keeps (`memoize`: `jetgym.scorers.memo.MemoizedScorer`, so a rollout that revisits a question
+within one weight version scores it once).
+Identical questions of one `evaluate` call share one forward and backward pass (aggregation): each is
+evaluated once and its result stands for every copy, so a loss summed over the copies has the same value and
+gradient as one evaluating every copy.
 A LoRA on the last `lora_layers` layers leaves the layers below frozen, so what enters the first trained
 layer is kept per question (`gradients.FrozenTrunk`) and later epochs run only the trained layers.
 """
@@ -21,6 +26,7 @@ import torch
 from jetgym.scorers import Question
 from jetgym.scorers.adapters import FULL_WEIGHTS, base_fingerprint, write_metadata
 from jetgym.scorers.gradients import FrozenTrunk, candidate_logprobs
+from jetgym.scorers.memo import MemoizedScorer, distinct
 
 from .options import LoraOptions
 
@@ -40,12 +46,14 @@ class Evaluated:
 class Policy:
     """Scorer + trainable weights + value head over one loaded model (see the module notes)."""
 
-    def __init__(self, scorer, lora: LoraOptions = LoraOptions(), seed: int = 0, grad_schedule: str = "packed"):
+    def __init__(self, scorer, lora: LoraOptions = LoraOptions(), seed: int = 0, grad_schedule: str = "packed",
+                 memoize: bool = True, aggregate: bool = True):
         options = scorer.options
         if options.normalization not in TRAINABLE_NORMALIZATIONS:
             raise ValueError(f"scorer.normalization={options.normalization!r} cannot be trained (its prior runs "
                              f"outside the gradient): use one of {', '.join(TRAINABLE_NORMALIZATIONS)}")
-        self.scorer, self.lora, self.grad_schedule = scorer, lora, grad_schedule
+        self.scorer = MemoizedScorer(scorer) if memoize else scorer
+        self.lora, self.grad_schedule, self.aggregate = lora, grad_schedule, aggregate
         self.trunk: FrozenTrunk | None = None
         loaded = scorer.loaded
         if loaded.kind != "attention" and grad_schedule == "packed":
@@ -57,14 +65,13 @@ class Policy:
             from peft import LoraConfig, get_peft_model
 
             n_layers = model.config.num_hidden_layers
-            if lora.lora_layers > n_layers:
-                raise ValueError(f"train.lora_layers={lora.lora_layers} exceeds the model's {n_layers} layers")
-            layers = list(range(n_layers - lora.lora_layers, n_layers)) if lora.lora_layers else None
+            trained = lora.layers_of(n_layers)
+            layers = list(range(n_layers - trained, n_layers)) if trained < n_layers else None
             config = LoraConfig(r=lora.lora_rank, lora_alpha=lora.lora_alpha, lora_dropout=0.0,
                                 target_modules=list(lora.lora_targets),
                                 layers_to_transform=layers, bias="none")
             self.peft = get_peft_model(model, config)  # injects the adapter into `model` in place
-            frozen = n_layers - lora.lora_layers if lora.lora_layers else 0
+            frozen = n_layers - trained
             if frozen and self.grad_schedule == "packed" and FrozenTrunk.fits(model):
                 self.trunk = FrozenTrunk(frozen)
         else:
@@ -101,10 +108,22 @@ class Policy:
         kept = getattr(self.scorer, "kept_prefix", None)
         if kept is not None:
             kept.clear()
+        if isinstance(self.scorer, MemoizedScorer):
+            self.scorer.clear()
 
     def evaluate(self, questions: Sequence[Question], reference: bool = False) -> Evaluated:
         """log q(c|x) per question and the context values, with gradients (`reference`: the base model,
-        adapter off, no gradient: the frozen policy of the KL term)."""
+        adapter off, no gradient: the frozen policy of the KL term). Identical questions are evaluated once
+        (`aggregate`) and their results shared."""
+        if not self.aggregate:
+            return self._evaluate(questions, reference)
+        unique, where = distinct(questions)
+        if len(unique) == len(questions):
+            return self._evaluate(questions, reference)
+        once = self._evaluate(unique, reference)
+        return Evaluated([once.log_q[i] for i in where], once.values[torch.tensor(where)], [once.raw[i] for i in where])
+
+    def _evaluate(self, questions: Sequence[Question], reference: bool) -> Evaluated:
         prepared = self.scorer.prepare(questions)
         encoded = [p.encoded for p in prepared]
         options = self.scorer.options

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from jetgym.scorers import Question
+from jetgym.scorers.memo import distinct
 
 from .data_parallel import Shards
 from .options import PPOOptions
@@ -98,12 +99,20 @@ class Rollouts:
                         step.after = self.agent.question(nxt, info["candidates"], self.slots[k])
                     rollout.episodes.append({"slot": self.slots[k], "number": self.started[self.slots[k]] - 1,
                                              "return": self.current[k][2], "length": self.current[k][3],
-                                             "success": bool(info["is_success"]) if "is_success" in info else None})
+                                             "success": success_of(info, reward)})
                     self._reset(k)
                 else:
                     self.current[k][0], self.current[k][1] = nxt, info["candidates"]
         rollout.last = [self.agent.question(c[0], c[1], slot) for slot, c in zip(self.slots, self.current)]
         return rollout
+
+
+def success_of(info: dict, final_reward: float) -> bool:
+    """Whether an episode that just ended succeeded: `info["is_success"]` where the env reports it, else a
+    positive final reward (FrozenLake's goal, Taxi's delivery, MiniGrid's mission)."""
+    if "is_success" in info:
+        return bool(np.asarray(info["is_success"]).item())
+    return float(final_reward) > 0
 
 
 def advantages(rewards: np.ndarray, values: np.ndarray, next_values: np.ndarray, ends: np.ndarray,
@@ -121,12 +130,14 @@ def advantages(rewards: np.ndarray, values: np.ndarray, next_values: np.ndarray,
 
 
 def _values(policy, questions: list[Question], chunk: int, shards: Shards) -> np.ndarray:
+    """The value of every question, each distinct question evaluated once."""
     def part(items: list[Question]) -> list[float]:
         with torch.no_grad():
             return [float(v) for start in range(0, len(items), chunk)
                     for v in policy.evaluate(items[start:start + chunk]).values.double()]
 
-    return np.array(shards.map(part, questions), dtype=np.float64)
+    unique, where = distinct(questions)
+    return np.array(shards.map(part, unique), dtype=np.float64)[where]
 
 
 def update(policy, optimizer, rollout: Rollout, options: PPOOptions, generator: torch.Generator,

@@ -142,6 +142,7 @@ def plot_curve(rows: list[dict], x: str, ys: Sequence[str], path: Path) -> str |
         import matplotlib.pyplot as plt
     except ImportError:
         return None
+    ys = [y for y in ys if any(row.get(y) is not None for row in rows)] or list(ys[:1])  # no empty panels
     fig, axes = plt.subplots(len(ys), 1, figsize=(6, 2.4 * len(ys)), sharex=True, squeeze=False)
     for axis, y in zip(axes[:, 0], ys):
         points = [(row[x], row[y]) for row in rows if row.get(y) is not None]
@@ -168,15 +169,17 @@ def run_ppo(policy, envs: Sequence[Any], agent, options: PPOOptions, output_dir:
     if len(envs) != len(slots):
         raise ValueError(f"run_ppo got {len(envs)} envs where this process plays {len(slots)} of "
                          f"train.num_envs={options.num_envs}")
-    if env_steps < 1:
-        raise ValueError(f"train.env_steps must be >= 1, got {env_steps}")
+    per_update = options.num_envs * options.rollout_steps
+    if env_steps < per_update:
+        raise ValueError(f"train.env_steps={env_steps} is less than one rollout (train.num_envs x train.rollout_steps "
+                         f"= {options.num_envs} x {options.rollout_steps} = {per_update} env steps): raise "
+                         f"train.env_steps or lower train.rollout_steps")
     folder = TrainingFolder(output_dir, config or {"algorithm": "ppo", "seed": seed, **options.__dict__})
     with folder.lock(shards):
         optimizer, generator, state, rows = folder.start(policy, options.learning_rate, seed, shards, on_start)
         done, steps = state.get("update", 0), state.get("env_steps", 0)
         rollouts = Rollouts(envs, agent, lambda k, j: 1_000_000 * (seed + 1) + j * options.num_envs + k, slots,
                             state.get("started"))
-        per_update = options.num_envs * options.rollout_steps
         bar = tqdm(total=env_steps, initial=min(steps, env_steps), unit="step", disable=not (progress and shards.writer),
                    desc="ppo")
         started = time.monotonic()
@@ -184,7 +187,8 @@ def run_ppo(policy, envs: Sequence[Any], agent, options: PPOOptions, output_dir:
             begun = time.monotonic()
             rollout = Rollout.merge(shards.gather(rollouts.collect(options.rollout_steps)))
             collected = time.monotonic()
-            rate = _set_learning_rate(optimizer, learning_rate_at(options, steps, env_steps))
+            counts = memo_counts(policy)
+            rate = set_learning_rate(optimizer, learning_rate_at(options, steps, env_steps))
             losses = update(policy, optimizer, rollout, options, generator, autocast, shards)
             done += 1
             steps += per_update
@@ -193,7 +197,7 @@ def run_ppo(policy, envs: Sequence[Any], agent, options: PPOOptions, output_dir:
             row = {"update": done, "env_steps": steps, "episodes": len(returns),
                    "mean_return": sum(returns) / len(returns) if returns else None,
                    "success_rate": sum(success) / len(success) if success else None,
-                   **{k: round(v, 6) for k, v in losses.items()}, "learning_rate": rate,
+                   **{k: round(v, 6) for k, v in losses.items()}, "learning_rate": rate, **counts,
                    "rollout_seconds": round(collected - begun, 3), "update_seconds": round(time.monotonic() - collected, 3),
                    "decisions_per_second": round(per_update / max(collected - begun, 1e-9), 3)}
             rows.append(row)
@@ -244,7 +248,7 @@ def run_sft(policy, questions: Sequence, options: SFTOptions, output_dir: str | 
         while done < total:
             epoch, k = divmod(done, per_epoch)
             idx = orders[epoch][k * options.minibatch:(k + 1) * options.minibatch]
-            rate = _set_learning_rate(optimizer, learning_rate_at(options, done, total))
+            rate = set_learning_rate(optimizer, learning_rate_at(options, done, total))
             begun = time.monotonic()
             loss = sft_step(policy, optimizer, [questions[i] for i in idx], options, autocast, shards)
             done += 1
@@ -261,7 +265,7 @@ def run_sft(policy, questions: Sequence, options: SFTOptions, output_dir: str | 
             bar.set_postfix(loss=round(loss, 4))
         bar.close()
         final = next((r for r in reversed(rows) if "held_out_accuracy" in r), None)
-        summary = {"algorithm": "sft", "updates": done, "seed": seed, "ranks": shards.ranks.world_size,
+        summary = {"algorithm": folder.config.get("algorithm", "sft"), "updates": done, "seed": seed, "ranks": shards.ranks.world_size,
                    "train_questions": len(questions), "held_out_questions": len(held_out), "config": folder.config,
                    "held_out_before": {k: rows[0].get(k) for k in ("held_out_gold_nll", "held_out_accuracy")} if held_out else None,
                    "held_out_after": {k: final.get(k) for k in ("held_out_gold_nll", "held_out_accuracy")} if final else None}
@@ -270,7 +274,13 @@ def run_sft(policy, questions: Sequence, options: SFTOptions, output_dir: str | 
         return folder.finish(policy, summary, rows, "questions_seen", ["loss", "held_out_gold_nll", "held_out_accuracy"])
 
 
-def _set_learning_rate(optimizer, rate: float) -> float:
+def memo_counts(policy) -> dict:
+    """The rollout decisions scored and read from the kept ones since the last call ({} without memoization)."""
+    take = getattr(policy.scorer, "take_counts", None)
+    return take() if take is not None else {}
+
+
+def set_learning_rate(optimizer, rate: float) -> float:
     for group in optimizer.param_groups:
         group["lr"] = rate
     return rate
