@@ -76,7 +76,9 @@ def assert_same_adapter(a: Path, b: Path) -> None:
     left, right = tensors(a), tensors(b)
     assert left.keys() == right.keys() and len(left) > 2
     worst = max(float((left[k] - right[k]).abs().max()) for k in left)
-    assert worst < 1e-5, worst
+    # fp32 rounding only: each rank batches and aggregates its own share of the questions, so sums are grouped
+    # differently (seen: 1.6e-5 after 2 PPO epochs at learning rate 0.01)
+    assert worst < 5e-5, worst
     assert any(float(v.abs().max()) > 0 for k, v in left.items() if "lora_B" in k)  # it trained (peft starts B at 0)
 
 
