@@ -324,23 +324,24 @@ register_configs()
 # ---------------------------------------------------------------- jetgym-train
 
 def _train_schema():
-    from jetgym.training.options import LoraOptions, PPOOptions, SFTOptions
+    from jetgym.training.options import LoraOptions, PPOOptions, RFTOptions, SFTOptions
 
     extra = [("env_steps", int, field(default=2048)), ("autocast", bool, field(default=False)),
              ("checkpoint_every", int, field(default=1)), ("held_out", float, field(default=0.5)),
              ("demonstrations", Optional[Any], field(default=None)), ("min_return", Optional[float], field(default=None)),
              ("relabel", Optional[str], field(default=None)), ("unique", bool, field(default=False))]
-    return schema("TrainOptionsConfig", [PPOOptions, SFTOptions, LoraOptions], optional=True, extra=extra)
+    return schema("TrainOptionsConfig", [PPOOptions, SFTOptions, RFTOptions, LoraOptions], optional=True, extra=extra)
 
 
 TrainOptionsConfig = _train_schema()
-ALGORITHMS = ("ppo", "sft", "bc")
+ALGORITHMS = ("ppo", "rft", "sft", "bc")
 RELABELERS = {"scripted": "turn", "scripted-strafe": "strafe"}  # train.relabel -> the scripted expert's aim
 
 
 @dataclass
 class TrainConfig:
-    """The `jetgym-train` job. algorithm: `ppo` (on `env`, played by the scorer agent), `sft` (on the labelled
+    """The `jetgym-train` job. algorithm: `ppo` (on `env`, played by the scorer agent), `rft` (reward-filtered
+    self-imitation on `env`: rounds of sampled episodes, the rewarded ones cloned; `jetgym.training.rft`), `sft` (on the labelled
     questions of `dataset`) or `bc` (behaviour cloning: the episodes of `train.demonstrations`, a steps.jsonl,
     replayed in `env`; `jetgym.training.cloning`). sft and bc hold a `train.held_out` fraction of the episodes
     (or questions) out and evaluate it before training and after each epoch (`jetgym.training.sft.split_held_out`);
@@ -385,13 +386,28 @@ class TrainConfig:
             if getattr(self.train, name) is not None and self.algorithm != "bc":
                 raise ValueError(f"train.{name} is a behaviour-cloning option: set it with algorithm=bc only "
                                  f"(got algorithm={self.algorithm})")
-        if self.train.unique and self.algorithm == "ppo":
+        if self.train.unique and self.algorithm in ("ppo", "rft"):
             raise ValueError("train.unique merges repeated labelled questions: set it with algorithm=sft or bc only "
-                             "(got algorithm=ppo)")
+                             f"(got algorithm={self.algorithm})")
+        _check_algorithm_options(self.algorithm, self.train)
         _check_positive("train.env_steps", self.train.env_steps)
         _check_positive("train.checkpoint_every", self.train.checkpoint_every)
         if not 0 <= self.train.held_out < 1:
             raise ValueError(f"train.held_out must be a fraction in [0, 1), got {self.train.held_out}")
+
+
+def _check_algorithm_options(algorithm: str, train) -> None:
+    """Refuse a `train.*` option that only other algorithms read (e.g. train.keep with algorithm=ppo)."""
+    from jetgym.training.options import PPOOptions, RFTOptions, SFTOptions
+
+    fields_of = {name: {f.name for f in dataclasses.fields(cls)}
+                 for name, cls in (("ppo", PPOOptions), ("rft", RFTOptions), ("sft or bc", SFTOptions))}
+    mine = fields_of["sft or bc" if algorithm in ("sft", "bc") else algorithm]
+    for name in sorted(set().union(*fields_of.values()) - mine):
+        if getattr(train, name) is not None:
+            users = " or ".join(a for a, names in fields_of.items() if name in names)
+            raise ValueError(f"train.{name} is an option of algorithm={users}, not of algorithm={algorithm}: "
+                             f"remove it or change the algorithm")
 
 
 def demonstration_paths(value) -> list[str]:

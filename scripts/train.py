@@ -1,4 +1,4 @@
-"""`jetgym-train`: train the scorer's model from reward (`ppo`), labels (`sft`) or recorded episodes (`bc`).
+"""`jetgym-train`: train the scorer's model from reward (`rft`, `ppo`), labels (`sft`) or recorded episodes (`bc`).
 
 compose -> build the scorer, the policy and the envs or questions -> `jetgym.training.run` -> print. The
 results folder holds train.jsonl, learning_curve.png, summary.json and adapter/ (`model.adapter=PATH` loads
@@ -51,15 +51,15 @@ def train(cfg: Any, output_dir: str | None = None, progress: bool = True, on_sta
 
 
 def _train(config: TrainConfig, record: dict, lora, out: str, shards, progress: bool, on_start) -> dict:
-    from jetgym.training.options import PPOOptions, SFTOptions
+    from jetgym.training.options import PPOOptions, RFTOptions, SFTOptions
     from jetgym.training.policy import Policy
-    from jetgym.training.run import run_ppo, run_sft
+    from jetgym.training.run import run_ppo, run_rft, run_sft
     from jetgym.training.sft import distinct_split, split_held_out
 
     single = dataclasses.replace(config, env=dataclasses.replace(config.env, num_envs=1),
                                  agent=dataclasses.replace(config.agent, policy="sample"))
     cloning = config.algorithm in ("sft", "bc")
-    options = options_of(config, SFTOptions if cloning else PPOOptions)
+    options = options_of(config, SFTOptions if cloning else RFTOptions if config.algorithm == "rft" else PPOOptions)
     record["options"] = {**dataclasses.asdict(options), **dataclasses.asdict(lora)}  # in effect, defaults filled
     if cloning:
         policy = Policy(build_scorer(config), lora, config.seed)
@@ -85,6 +85,11 @@ def _train(config: TrainConfig, record: dict, lora, out: str, shards, progress: 
     envs = [make_env(single) for _ in shards.mine(options.num_envs)]
     policy = Policy(build_scorer(config), lora, config.seed)
     agent, _ = build_agent(single, scorer=policy.scorer, env=envs[0])
+    if config.algorithm == "rft":
+        return run_rft(policy, envs, agent, options, out, config.train.env_steps, temperature=config.agent.temperature,
+                       seed=config.seed, checkpoint_every=config.train.checkpoint_every,
+                       autocast=config.train.autocast, config=record, progress=progress, shards=shards,
+                       on_start=on_start)
     agent.temperature = policy.scorer.options.temperature  # sample from the scorer's own distribution
     return run_ppo(policy, envs, agent, options, out, config.train.env_steps, seed=config.seed,
                    checkpoint_every=config.train.checkpoint_every, autocast=config.train.autocast, config=record,

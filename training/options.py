@@ -80,7 +80,48 @@ class SFTOptions:
         _check(self, ("learning_rate", "max_grad_norm"), lambda v: v > 0, "> 0")
 
 
-def learning_rate_at(options: PPOOptions | SFTOptions, done: float, total: float) -> float:
+@dataclass(frozen=True)
+class RFTOptions:
+    """Reward-filtered self-imitation (`jetgym.training.rft`): rounds of `group` episodes from each of
+    `seeds_per_round` seeds on `num_envs` envs at a time; `keep` (`auto`, `success` or `top:F`); `explore`: the
+    largest uniform mixture of a group's episodes; `replay`: the most kept decisions cloned; `updates`: optimizer
+    steps per round, on minibatches of `minibatch` decisions drawn in shuffled passes over them."""
+
+    group: int = 4
+    seeds_per_round: int = 8
+    num_envs: int = 8
+    keep: str = "auto"
+    explore: float = 1.0
+    replay: int = 512
+    updates: int = 16
+    minibatch: int = 8
+    learning_rate: float = 1e-3
+    max_grad_norm: float = 1.0
+    lr_schedule: str = "constant"
+
+    def __post_init__(self):
+        _check_schedule(self)
+        _check(self, ("group", "seeds_per_round", "num_envs", "replay", "updates", "minibatch"), lambda v: v >= 1, ">= 1")
+        _check(self, ("explore",), lambda v: 0 <= v <= 1, "in [0, 1]")
+        _check(self, ("learning_rate", "max_grad_norm"), lambda v: v > 0, "> 0")
+        check_keep(self.keep)
+
+
+def check_keep(keep: str) -> None:
+    """`train.keep`: auto, success, or top:F with 0 < F <= 1."""
+    if keep in ("auto", "success"):
+        return
+    name, _, fraction = str(keep).partition(":")
+    try:
+        valid = name == "top" and 0 < float(fraction) <= 1
+    except ValueError:
+        valid = False
+    if not valid:
+        raise ValueError(f"train.keep must be auto, success or top:F with a fraction 0 < F <= 1 (e.g. top:0.25), "
+                         f"got {keep!r}")
+
+
+def learning_rate_at(options: PPOOptions | SFTOptions | RFTOptions, done: float, total: float) -> float:
     """The learning rate once `done` of `total` (updates, or PPO's env steps) are behind (`lr_schedule`:
     `constant`, or `linear` decay from `learning_rate` to 0 at the end)."""
     if options.lr_schedule == "linear":

@@ -1,8 +1,8 @@
-"""Training runs: `run_ppo` (from reward) and `run_sft` (from labels) into one results folder.
+"""Training runs: `run_ppo` and `run_rft` (from reward) and `run_sft` (from labels) into one results folder.
 
 The folder (one writer at a time, a lock the kernel drops when its holder dies):
-- `train.jsonl`: one strict-JSON row per update (env steps or questions seen, mean return, success, losses,
-  KL, entropy, seconds);
+- `train.jsonl`: one strict-JSON row per update (rft: per round; env steps or questions seen, mean return,
+  success, losses, KL, entropy, decisions `scored` and `cached`, seconds);
 - `checkpoint/` + `checkpoint.json`: the trained tensors, the optimizer, the update count, the episode
   counter and the shuffling generator, written every `checkpoint_every` updates (a new folder, then the
   pointer file renamed over the old one, so a kill leaves the last complete checkpoint);
@@ -30,7 +30,7 @@ from tqdm import tqdm
 from jetgym.runs.folder import append_jsonl, as_json_data, dumps, folder_lock, make_folder, read_jsonl, write_json, write_text
 
 from .data_parallel import Shards
-from .options import PPOOptions, SFTOptions, learning_rate_at
+from .options import PPOOptions, RFTOptions, SFTOptions, learning_rate_at
 from .ppo import Rollout, Rollouts, update
 from .sft import check_labelled, evaluate_questions, sft_step
 
@@ -272,6 +272,89 @@ def run_sft(policy, questions: Sequence, options: SFTOptions, output_dir: str | 
         if not shards.writer:
             return summary
         return folder.finish(policy, summary, rows, "questions_seen", ["loss", "held_out_gold_nll", "held_out_accuracy"])
+
+
+def run_rft(policy, envs: Sequence[Any], agent, options: RFTOptions, output_dir: str | os.PathLike, env_steps: int,
+            temperature: float = 1.0, seed: int = 0, checkpoint_every: int = 1, autocast: bool = False,
+            config: dict | None = None, progress: bool = True, shards: Shards = Shards(),
+            on_start: Callable[[Path], None] | None = None) -> dict:
+    """Reward-filtered self-imitation (`jetgym.training.rft`) on `envs` (`options.num_envs` envs with
+    `CandidateActions`; `agent`: the scorer agent that writes the questions) until `env_steps` env steps have been
+    played; returns the summary. Under data parallelism each rank plays its share of a round's episodes (`envs`:
+    one rank's envs) and every rank clones the same pool."""
+    from . import rft
+
+    if len(envs) < 1:
+        raise ValueError("run_rft needs at least one env")
+    folder = TrainingFolder(output_dir, config or {"algorithm": "rft", "seed": seed, **options.__dict__})
+    with folder.lock(shards):
+        optimizer, generator, state, rows = folder.start(policy, options.learning_rate, seed, shards, on_start)
+        done, steps = state.get("update", 0), state.get("env_steps", 0)
+        pool = rft.Pool(options.replay, state.get("pool", ()))
+        seen = dict(state.get("seen", {"episodes": 0, "kept": 0, "best_return": None, "success_signal": False}))
+        bar = tqdm(total=env_steps, initial=min(steps, env_steps), unit="step", desc="rft",
+                   disable=not (progress and shards.writer))
+        started = time.monotonic()
+        while steps < env_steps:
+            begun = time.monotonic()
+            seeds = rft.round_seeds(seed, done, options)
+            mine = [seeds[i] for i in shards.mine(len(seeds))]
+            played = [e for part in shards.gather(rft.play_round(envs, agent, policy.scorer, mine, options, temperature,
+                                                                 seed)) for e in part]
+            played.sort(key=lambda e: (e.seed, e.member))
+            counts = memo_counts(policy)
+            collected = time.monotonic()
+            kept = rft.kept_episodes(played, options.keep)
+            new = pool.add(d for e in kept for d in rft.loop_erased(e))
+            rate = set_learning_rate(optimizer, learning_rate_at(options, steps, env_steps))
+            losses = [sft_step(policy, optimizer, batch, options, autocast, shards)
+                      for batch in _minibatches(pool.questions(), options, generator)]
+            done += 1
+            played_steps = sum(len(e.rewards) for e in played)
+            steps += played_steps
+            returns = [e.total for e in played]
+            seen["episodes"] += len(played)
+            seen["kept"] += len(kept)
+            seen["best_return"] = max(returns + ([seen["best_return"]] if seen["best_return"] is not None else []))
+            seen["success_signal"] = seen["success_signal"] or any(e.success for e in played)
+            row = {"update": done, "round": done, "env_steps": steps, "episodes": len(played),
+                   "mean_return": sum(returns) / len(returns), "success_rate": sum(e.success for e in played) / len(played),
+                   "best_return": max(returns), "kept_episodes": len(kept), "new_decisions": new, "pool": len(pool.items),
+                   "loss": round(sum(losses) / len(losses), 6) if losses else None, "learning_rate": rate, **counts,
+                   "rollout_seconds": round(collected - begun, 3), "update_seconds": round(time.monotonic() - collected, 3),
+                   "env_steps_per_second": round(played_steps / max(time.monotonic() - begun, 1e-9), 3)}
+            rows.append(row)
+            if shards.writer:
+                append_jsonl(folder.log, [row])
+                if done % checkpoint_every == 0 and steps < env_steps:
+                    folder.save_checkpoint(policy, optimizer, {"update": done, "env_steps": steps, "seen": seen,
+                                                               "pool": pool.rows(),
+                                                               "generator": generator.get_state().tolist()})
+            bar.update(min(played_steps, max(env_steps - bar.n, 0)))
+            bar.set_postfix(round=done, steps_s=row["env_steps_per_second"], success=round(row["success_rate"], 3),
+                            kept=len(kept))
+        bar.close()
+        if not seen["kept"]:
+            raise ValueError(rft.nothing_kept(steps, seen["episodes"], seen["best_return"], options.keep,
+                                              seen["success_signal"]))
+        last = rows[-1] if rows else {}
+        summary = {"algorithm": "rft", "rounds": done, "env_steps": steps, "seed": seed,
+                   "ranks": shards.ranks.world_size, "seconds_this_process": round(time.monotonic() - started, 3),
+                   "config": folder.config, "kept_episodes": seen["kept"], "episodes": seen["episodes"],
+                   "best_return": seen["best_return"], "last_mean_return": last.get("mean_return"),
+                   "last_success_rate": last.get("success_rate")}
+        if not shards.writer:
+            return summary
+        return folder.finish(policy, summary, rows, "env_steps", ["success_rate", "mean_return"])
+
+
+def _minibatches(questions: list, options: RFTOptions, generator: torch.Generator) -> list[list]:
+    """`options.updates` minibatches of `options.minibatch` questions, drawn in shuffled passes over them."""
+    order: list[int] = []
+    while questions and len(order) < options.updates * options.minibatch:
+        order += torch.randperm(len(questions), generator=generator).tolist()
+    size = min(options.minibatch, len(questions))
+    return [[questions[i] for i in order[k * size:(k + 1) * size]] for k in range(options.updates if questions else 0)]
 
 
 def memo_counts(policy) -> dict:
