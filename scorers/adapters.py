@@ -24,25 +24,31 @@ class AdapterError(ValueError):
     """An adapter folder that cannot be applied to this model (missing, corrupt, another base model)."""
 
 
-def base_fingerprint(model) -> str:
-    """A short hash of the architecture and of sample base weights (embedding rows), stable across saves."""
-    import torch
-
+def base_shape(model) -> dict:
+    """The architecture numbers the fingerprint hashes (recorded beside it, so a mismatch can say what differs)."""
     config = model.config
     text = getattr(config, "text_config", None) or config
-    shape = {k: getattr(text, k, None) for k in ("model_type", "vocab_size", "hidden_size", "num_hidden_layers",
-                                                 "num_attention_heads", "num_key_value_heads")}
+    return {k: getattr(text, k, None) for k in ("model_type", "vocab_size", "hidden_size", "num_hidden_layers",
+                                                "num_attention_heads", "num_key_value_heads")}
+
+
+def base_fingerprint(model) -> str:
+    """A short hash of the architecture and of sample base weights (embedding rows), stable across saves and
+    across the dtype the model was loaded in: the rows are rounded to bfloat16 first, so fp32 and bf16 loads of
+    one checkpoint agree."""
+    import torch
+
     weight = model.get_input_embeddings().weight
     rows = weight[: min(64, weight.shape[0]), : min(64, weight.shape[1])].detach().to("cpu", torch.float32)
-    digest = hashlib.sha256(json.dumps(shape, sort_keys=True).encode())
-    digest.update(rows.numpy().round(4).tobytes())
+    digest = hashlib.sha256(json.dumps(base_shape(model), sort_keys=True).encode())
+    digest.update(rows.to(torch.bfloat16).to(torch.float32).numpy().tobytes())
     return digest.hexdigest()[:16]
 
 
-def write_metadata(folder: Path, spec: str, fingerprint: str, kind: str) -> None:
-    """`fingerprint`: `base_fingerprint` of the base model, taken before any training step."""
-    text = json.dumps({"base_model": spec, "base_fingerprint": fingerprint, "kind": kind},
-                      sort_keys=True, indent=2)
+def write_metadata(folder: Path, spec: str, model, fingerprint: str, kind: str) -> None:
+    """`fingerprint`: `base_fingerprint` of the base `model`, taken before any training step."""
+    text = json.dumps({"base_model": spec, "base_fingerprint": fingerprint, "base_shape": base_shape(model),
+                       "kind": kind}, sort_keys=True, indent=2)
     (folder / METADATA).write_text(text + "\n")
 
 
@@ -50,7 +56,8 @@ def read_metadata(path: str | Path) -> dict:
     """The adapter folder's metadata; refuses a missing folder or metadata file, naming the path."""
     folder = Path(path).expanduser()
     if not folder.is_dir():
-        raise AdapterError(f"adapter folder {str(path)!r} does not exist: pass the `adapter/` folder a "
+        what = "is a file, not a folder" if folder.exists() else "does not exist"
+        raise AdapterError(f"adapter folder {str(path)!r} {what}: pass the `adapter/` folder a "
                            f"jetgym-train run wrote (output_dir/adapter)")
     meta = folder / METADATA
     try:
@@ -65,15 +72,27 @@ def read_metadata(path: str | Path) -> dict:
     return data
 
 
+def _difference(data: dict, model, found: str) -> str:
+    """What differs between the adapter's base model and `model`, with the fix."""
+    recorded, shape = data.get("base_shape"), base_shape(model)
+    if recorded is None:
+        return (f"its metadata has no base_shape (written by an older jetgym, fingerprint {data['base_fingerprint']}); "
+                f"train it again")
+    changed = [f"{k} {recorded.get(k)} vs {shape.get(k)}" for k in shape if recorded.get(k) != shape.get(k)]
+    if changed:
+        return (f"it was trained on {data['base_model']!r}, whose architecture differs ({', '.join(changed)}): "
+                f"load it with model={data['base_model']}")
+    return (f"same architecture, but other base weights (fingerprint {data['base_fingerprint']} recorded, {found} "
+            f"here): it was trained on {data['base_model']!r} as it was then; load that model, or train again on this one")
+
+
 def apply_adapter(loaded, path: str | Path) -> None:
     """Merge the adapter at `path` into `loaded.model` in place (refusing one trained on another base)."""
     data = read_metadata(path)
     folder = Path(path).expanduser()
     found = base_fingerprint(loaded.model)
     if data["base_fingerprint"] != found:
-        raise AdapterError(f"adapter {folder} was trained on base model {data['base_model']!r} (fingerprint "
-                           f"{data['base_fingerprint']}), not on {loaded.spec!r} (fingerprint {found}): load it with "
-                           f"model={data['base_model']}")
+        raise AdapterError(f"adapter {folder} does not fit {loaded.spec!r}: {_difference(data, loaded.model, found)}")
     try:
         if data["kind"] == "full":
             from safetensors.torch import load_model

@@ -266,13 +266,35 @@ def test_bad_adapters_are_refused(tiny_folder, tmp_path):
     weights.write_bytes(weights.read_bytes()[:100])
     with pytest.raises(AdapterError, match="cannot load the adapter in .*good .*truncated: train again"):
         make_scorer("jet", model=tiny_folder, adapter=str(tmp_path / "good"))
+    with pytest.raises(AdapterError, match="adapter folder '.*adapter_model.safetensors' is a file, not a folder"):
+        make_scorer("jet", model=tiny_folder, adapter=str(weights))
     trained_adapter(tiny_folder, tmp_path / "other")
     meta = tmp_path / "other" / "jetgym_adapter.json"
-    meta.write_text(meta.read_text().replace(json.loads(meta.read_text())["base_fingerprint"], "0" * 16))
-    with pytest.raises(AdapterError, match="was trained on base model .* not on .*: load it with model="):
+    data = json.loads(meta.read_text())
+    meta.write_text(json.dumps({**data, "base_fingerprint": "0" * 16}))
+    with pytest.raises(AdapterError, match=r"same architecture, but other base weights \(fingerprint 0{16} recorded, "
+                                           r"[0-9a-f]{16} here\): .* load that model, or train again on this one"):
+        make_scorer("jet", model=tiny_folder, adapter=str(tmp_path / "other"))
+    shape = {**data["base_shape"], "hidden_size": 4096}
+    meta.write_text(json.dumps({**data, "base_fingerprint": "0" * 16, "base_shape": shape}))
+    with pytest.raises(AdapterError, match=r"whose architecture differs \(hidden_size 4096 vs \d+\): load it with model="):
         make_scorer("jet", model=tiny_folder, adapter=str(tmp_path / "other"))
     with pytest.raises(ValueError, match="adapter must be the path of an adapter folder, got ''"):
         make_scorer("jet", model=tiny_folder, adapter="")
+
+
+def test_an_fp32_trained_adapter_loads_in_bf16(tiny_folder, tmp_path):
+    """The base fingerprint does not depend on the dtype the job loads the model in (bf16 runs on any CPU)."""
+    from jetgym.scorers.adapters import base_fingerprint
+
+    policy = trained_adapter(tiny_folder, tmp_path / "adapter")
+    bf16 = make_scorer("jet", model=tiny_folder, adapter=str(tmp_path / "adapter"), placement={"dtype": "bfloat16"})
+    assert next(bf16.loaded.model.parameters()).dtype == torch.bfloat16
+    assert base_fingerprint(make_scorer("jet", model=tiny_folder, placement={"dtype": "bfloat16"}).loaded.model) \
+        == policy.fingerprint
+    want = [list(d.logprobs) for d in policy.scorer.decide_many(QUESTIONS)]
+    for got, trained in zip(bf16.decide_many(QUESTIONS), want):
+        assert list(got.logprobs) == pytest.approx(trained, abs=0.1)  # bf16 rounding of the merged weights
 
 
 def test_train_cli_adapter_loads_in_jetgym_episode(tiny_folder, tmp_path):

@@ -169,4 +169,4 @@ class Policy:
 
             save_model(self.model, str(folder / FULL_WEIGHTS))  # tied weights stored once
         save_file({n: p.detach().contiguous() for n, p in self.value_head.state_dict().items()}, str(folder / VALUE_HEAD))
-        write_metadata(folder, loaded.spec, self.fingerprint, self.lora.finetune)
+        write_metadata(folder, loaded.spec, loaded.model, self.fingerprint, self.lora.finetune)
