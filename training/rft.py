@@ -12,11 +12,13 @@ A round:
    else a positive final reward); `top:F` the top fraction F by return, never the group's worst; `auto` (the
    default) keeps the successes of a group where some episodes succeed and others fail, else its top quarter.
 3. adds the kept episodes' decisions to the pool, each question once with the action taken at its last visit
-   (the loop-erased episode: an action that led back to an earlier state is not the one that left it), and
-   clones the pool (`sft.gold_nll` over the candidates) with `updates` optimizer steps on minibatches of
+   (the loop-erased episode: an action that led back to an earlier state is not the one that left it); a
+   question already in the pool keeps the action with the better continuation (more return to go, then fewer
+   steps), so the pool holds one action per question and no loops between them; and clones the pool (`sft.gold_nll` over the candidates) with `updates` optimizer steps on minibatches of
    `minibatch` decisions. The pool keeps the `replay` most recent distinct decisions, so earlier rounds'
    successes are trained on again.
-Rounds go on until `env_steps` env steps have been played.
+Rounds go on until `env_steps` env steps have been played (the last round is cut there: in one process the
+budget is exact).
 """
 
 from __future__ import annotations
@@ -62,8 +64,10 @@ def explore_of(member: int, options: RFTOptions) -> float:
 
 
 def play_round(envs: Sequence[Any], agent, scorer, seeds: Sequence[int], options: RFTOptions, temperature: float,
-               episode_seed: int) -> list[Played]:
-    """`options.group` episodes of every seed, played `len(envs)` at a time; in (seed, member) order."""
+               episode_seed: int, budget: int | None = None) -> list[Played]:
+    """`options.group` episodes of every seed, played `len(envs)` at a time; in (seed, member) order. `budget`:
+    the most env steps to play; when it runs out, the episodes under way end there (cut, as by a time limit) and
+    the ones not begun are left out."""
     todo = [(s, m) for s in seeds for m in range(options.group)]
     played = [Played(s, m) for s, m in todo]
     slots: list[dict | None] = [None] * len(envs)
@@ -83,10 +87,14 @@ def play_round(envs: Sequence[Any], agent, scorer, seeds: Sequence[int], options
 
     for k in range(len(envs)):
         start(k)
-    while any(slot is not None for slot in slots):
+    steps = 0
+    while any(slot is not None for slot in slots) and (budget is None or steps < budget):
         active = [k for k, slot in enumerate(slots) if slot is not None]
         questions = [agent.question(slots[k]["observation"], slots[k]["candidates"], k) for k in active]
         for k, question, decision in zip(active, questions, scorer.decide_many(questions)):
+            if budget is not None and steps >= budget:
+                break
+            steps += 1
             slot = slots[k]
             candidates = slot["candidates"]
             index = sample(decision.corrected, temperature, slot["explore"], slot["rng"])
@@ -101,7 +109,7 @@ def play_round(envs: Sequence[Any], agent, scorer, seeds: Sequence[int], options
                 start(k)
             else:
                 slot["observation"], slot["candidates"] = observation, info["candidates"]
-    return played
+    return [episode for episode in played if episode.decisions]
 
 
 def sample(scores: Sequence[float], temperature: float, explore: float, rng: np.random.Generator) -> int:
@@ -133,49 +141,74 @@ def kept_episodes(played: Sequence[Played], keep: str) -> list[Played]:
     return [e for group in groups.values() for e in keep_group(group, keep)]
 
 
-def loop_erased(episode: Played) -> list[Question]:
+@dataclass(frozen=True)
+class Kept:
+    """A kept decision (gold: the action taken) and what followed it in its episode: the return and the steps
+    to the episode's end."""
+
+    decision: Question
+    return_to_go: float
+    steps_to_go: int
+
+    def better_than(self, other: "Kept") -> bool:
+        """More return to go, then fewer steps to it; a tie goes to the newer (`self`)."""
+        return (self.return_to_go, -self.steps_to_go) >= (other.return_to_go, -other.steps_to_go)
+
+
+def loop_erased(episode: Played) -> list[Kept]:
     """The episode's decisions, each distinct question once, with the action of its last visit."""
-    last: dict[bytes, Question] = {}
-    for decision in episode.decisions:
-        key = question_key(Question(context=decision.context, candidates=decision.candidates,
-                                    labels=decision.labels, images=decision.images))
+    last: dict[bytes, Kept] = {}
+    for t, decision in enumerate(episode.decisions):
+        key = state_key(decision)
         last.pop(key, None)
-        last[key] = decision
+        last[key] = Kept(decision, float(sum(episode.rewards[t:])), len(episode.decisions) - t)
     return list(last.values())
 
 
+def state_key(decision: Question) -> bytes:
+    """The key of a decision's question, whatever action was taken."""
+    return question_key(Question(context=decision.context, candidates=decision.candidates, labels=decision.labels,
+                                 images=decision.images))
+
+
 class Pool:
-    """The kept decisions cloned each round: distinct (question, action) pairs, the `size` most recent."""
+    """The kept decisions cloned each round: one action per distinct question, the `size` most recently kept.
+
+    A question kept again takes the new action when its continuation is at least as good (`Kept.better_than`).
+    So the cloned actions never form a loop in a deterministic env: each one's best kept continuation is
+    shorter than that of the question it came from."""
 
     def __init__(self, size: int, rows: Sequence[dict] = ()):
         self.size = size
-        self.items: OrderedDict[bytes, Question] = OrderedDict()
-        self.add(question_from_row(row) for row in rows)
+        self.items: OrderedDict[bytes, Kept] = OrderedDict()
+        self.add(kept_from_row(row) for row in rows)
 
-    def add(self, decisions) -> int:
-        """Add decisions (a repeated one moves to the newest end); returns how many were new."""
+    def add(self, kept) -> int:
+        """Add kept decisions (a repeated question moves to the newest end); returns how many questions were new."""
         new = 0
-        for decision in decisions:
-            key = question_key(decision)
-            new += key not in self.items
-            self.items.pop(key, None)
-            self.items[key] = decision
+        for item in kept:
+            key = state_key(item.decision)
+            old = self.items.pop(key, None)
+            new += old is None
+            self.items[key] = item if old is None or item.better_than(old) else old
         while len(self.items) > self.size:
             self.items.popitem(last=False)
         return new
 
     def questions(self) -> list[Question]:
-        return list(self.items.values())
+        return [item.decision for item in self.items.values()]
 
     def rows(self) -> list[dict]:
         """The pool as JSON rows (checkpoints)."""
-        return [{"context": q.context, "candidates": list(q.candidates), "labels": list(q.labels or ()),
-                 "gold": q.gold} for q in self.items.values()]
+        return [{"context": k.decision.context, "candidates": list(k.decision.candidates),
+                 "labels": list(k.decision.labels or ()), "gold": k.decision.gold, "return_to_go": k.return_to_go,
+                 "steps_to_go": k.steps_to_go} for k in self.items.values()]
 
 
-def question_from_row(row: dict) -> Question:
-    return Question(context=row["context"], candidates=row["candidates"], labels=row["labels"] or None,
-                    gold=row["gold"])
+def kept_from_row(row: dict) -> Kept:
+    question = Question(context=row["context"], candidates=row["candidates"], labels=row["labels"] or None,
+                        gold=row["gold"])
+    return Kept(question, row["return_to_go"], row["steps_to_go"])
 
 
 def nothing_kept(steps: int, episodes: int, best: float | None, keep: str, any_success_signal: bool) -> str:

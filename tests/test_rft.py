@@ -1,0 +1,294 @@
+"""Learning from reward: memoized rollouts give the adapter of unmemoized ones, aggregated updates the loss and
+gradient of plain ones, `rft` learns the rewarded action (a tiny env, and a text env whose words mislead the
+embedded model), resumes after `kill -9`, and refuses bad inputs naming the field."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import gymnasium as gym
+import pytest
+import torch
+
+from jetgym.agents import make_agent
+from jetgym.envs.candidates import CandidateActions
+from jetgym.scorers import Question, make_scorer
+from jetgym.training import rft
+from jetgym.training.options import LoraOptions, PPOOptions, RFTOptions
+from jetgym.training.policy import Policy
+from jetgym.training.run import run_ppo, run_rft
+
+from test_training import Bandit, p_east, tiny_scorer
+
+TESTS = os.path.dirname(__file__)
+
+
+def bandit_run(num_envs=2, **policy_options):
+    policy = Policy(tiny_scorer(), LoraOptions(lora_rank=4, lora_alpha=8), seed=0, **policy_options)
+    envs = [CandidateActions(Bandit(), texts=["go west", "go east"]) for _ in range(num_envs)]
+    agent = make_agent("scorer", scorer=policy.scorer, task="Choose.", describer=lambda o: "here", policy="sample")
+    return policy, envs, agent
+
+
+def rows_of(folder) -> list[dict]:
+    return [json.loads(line) for line in (folder / "train.jsonl").read_text().splitlines()]
+
+
+def test_memoized_rollouts_train_exactly_the_unmemoized_adapter(tmp_path):
+    states = {}
+    for memoize in (True, False):
+        policy, envs, agent = bandit_run(memoize=memoize)
+        run_ppo(policy, envs, agent, PPOOptions(num_envs=2, rollout_steps=4, minibatch=4, learning_rate=0.01),
+                tmp_path / str(memoize), env_steps=24, seed=3, progress=False)
+        states[memoize] = policy.state()
+    assert states[True].keys() == states[False].keys()
+    assert all(torch.equal(states[True][k], states[False][k]) for k in states[True])
+    memoized, plain = rows_of(tmp_path / "True"), rows_of(tmp_path / "False")
+    # one state, so each update's rollout scores its first question and reads the other 7 from the memo
+    assert [(r["scored"], r["cached"]) for r in memoized] == [(1, 7)] * 3
+    assert all("scored" not in r for r in plain)
+
+
+def test_aggregated_questions_give_the_plain_loss_and_gradient():
+    policy = Policy(tiny_scorer(), LoraOptions(lora_rank=4, lora_alpha=8), seed=0)
+    with torch.no_grad():  # peft starts lora_B at 0: move it, so every parameter has a gradient
+        for name, parameter in policy.model.named_parameters():
+            if "lora_B" in name:
+                parameter.add_(0.05 * torch.randn_like(parameter))
+    a = Question(context="Choose.", candidates=["go west", "go east"])
+    b = Question(context="Pick one.", candidates=["red", "blue", "green"])
+    questions, actions = [a, b, a, a, b], [1, 0, 0, 1, 2]
+    results = {}
+    for aggregate in (True, False):
+        policy.aggregate = aggregate
+        policy.model.zero_grad(set_to_none=True)
+        policy.value_head.zero_grad(set_to_none=True)
+        evaluated = policy.evaluate(questions)
+        loss = -sum(lq[k] for lq, k in zip(evaluated.log_q, actions)) + (evaluated.values ** 2).sum()
+        loss.backward()
+        results[aggregate] = (float(loss.detach()), {k: p.grad.clone() for k, p in enumerate(policy.parameters())
+                                                     if p.grad is not None})
+    (loss_a, grads_a), (loss_p, grads_p) = results[True], results[False]
+    assert loss_a == pytest.approx(loss_p, abs=1e-5)
+    assert grads_a.keys() == grads_p.keys() and len(grads_a) > 2
+    for name in grads_a:
+        assert torch.allclose(grads_a[name], grads_p[name], atol=1e-5), name
+
+
+def test_aggregated_ppo_terms_give_the_plain_loss_and_gradient():
+    """The clipped ratio, value, entropy and KL terms of a minibatch with repeated (question, action) samples."""
+    from jetgym.training.ppo import Step, _minibatch_terms
+
+    policy = Policy(tiny_scorer(), LoraOptions(lora_rank=4, lora_alpha=8), seed=0)
+    a = Question(context="Choose.", candidates=["go west", "go east"])
+    b = Question(context="Pick one.", candidates=["red", "blue", "green"])
+    flat = [Step(q, k, -0.7, 0.0, False, False) for q, k in ((a, 1), (b, 0), (a, 1), (a, 0), (b, 0), (a, 1))]
+    adv, ret = torch.tensor([1.0, -0.5, 0.3, -1.2, 0.8, 0.1]), torch.tensor([0.5, 0.1, 0.2, -0.3, 0.0, 0.4])
+    old = torch.tensor([s.logprob for s in flat])
+    options = PPOOptions(clip=0.1)
+    results = {}
+    for aggregate in (True, False):
+        policy.aggregate = aggregate
+        for parameter in policy.parameters():
+            parameter.grad = None
+        terms = _minibatch_terms(policy, flat, list(range(len(flat))), adv, ret, old, options, autocast=False)
+        loss = terms["policy_loss"] + 0.5 * terms["value_loss"] - 0.01 * terms["entropy"]
+        loss.backward()
+        results[aggregate] = ({k: float(v.detach()) for k, v in terms.items()},
+                              [p.grad.clone() for p in policy.parameters() if p.grad is not None])
+    (terms_a, grads_a), (terms_p, grads_p) = results[True], results[False]
+    assert terms_a == pytest.approx(terms_p, abs=1e-5)
+    assert len(grads_a) == len(grads_p) > 2
+    assert all(torch.allclose(x, y, atol=1e-5) for x, y in zip(grads_a, grads_p))
+
+
+def test_keep_rules_select_within_each_group():
+    def group(seed, returns, successes=None):
+        return [rft.Played(seed, m, rewards=[r], success=bool(successes and successes[m])) for m, r in enumerate(returns)]
+
+    assert rft.keep_group(group(0, [1, 1, 1, 1], [1, 1, 1, 1]), "auto") == []  # one return: nothing to learn
+    mixed = group(0, [0, 1, 0, 1], [0, 1, 0, 1])
+    assert [e.member for e in rft.keep_group(mixed, "auto")] == [1, 3]
+    assert [e.member for e in rft.keep_group(mixed, "success")] == [1, 3]
+    graded = group(1, [-5, -1, -3, -2])  # no success anywhere: auto keeps the top quarter by return
+    assert [e.member for e in rft.keep_group(graded, "auto")] == [1]
+    assert [e.member for e in rft.keep_group(graded, "top:0.5")] == [1, 3]
+    assert [e.member for e in rft.keep_group(graded, "top:1")] == [1, 2, 3]  # never the group's worst
+    assert rft.keep_group(graded, "success") == []
+    assert [(e.seed, e.member) for e in rft.kept_episodes(mixed + graded, "auto")] == [(0, 1), (0, 3), (1, 1)]
+
+
+def test_the_pool_keeps_one_action_per_question_the_one_with_the_best_continuation():
+    def at(room, gold):
+        return Question(context=f"at {room}", candidates=["x", "y"], gold=gold)
+
+    kept = rft.loop_erased(rft.Played(0, 0, decisions=[at("A", 0), at("B", 1), at("A", 1)], rewards=[0, 0, 1]))
+    assert [(k.decision.context, k.decision.gold, k.return_to_go, k.steps_to_go) for k in kept] == \
+        [("at B", 1, 1.0, 2), ("at A", 1, 1.0, 1)]  # A's first visit led back to A: its last action is kept
+    pool = rft.Pool(3)
+    assert pool.add(kept) == 2
+    longer = rft.loop_erased(rft.Played(1, 0, decisions=[at("A", 0), at("C", 0), at("B", 0)], rewards=[0, 0, 1]))
+    assert pool.add(longer) == 1  # C is new; A (3 steps to go, not 1) keeps its action, B (1 step, not 2) takes 0
+    assert [(q.context, q.gold) for q in pool.questions()] == [("at A", 1), ("at C", 0), ("at B", 0)]
+    assert pool.add([rft.Kept(at("D", 1), 0.0, 1)]) == 1
+    assert [q.context for q in pool.questions()] == ["at C", "at B", "at D"]  # the least recently kept left
+    assert rft.Pool(3, pool.rows()).rows() == pool.rows()
+
+
+def test_rft_learns_the_rewarded_action(tmp_path):
+    policy, envs, agent = bandit_run()
+    before = p_east(policy)
+    options = RFTOptions(group=4, seeds_per_round=2, num_envs=2, updates=4, minibatch=4, learning_rate=0.02)
+    summary = run_rft(policy, envs, agent, options, tmp_path, env_steps=46, progress=False)  # the last round cut at 6 of its 8 steps
+    after = p_east(policy)
+    assert after > 0.9 > before + 0.2, (before, after)
+    rows = rows_of(tmp_path)
+    assert [r["round"] for r in rows] == list(range(1, 7)) and summary["rounds"] == 6 and summary["env_steps"] == 46
+    assert all(r["kept_episodes"] >= 1 for r in rows[:1]) and rows[-1]["pool"] == 1  # one question, one action
+    assert rows[-1]["success_rate"] > rows[0]["success_rate"]
+    assert (tmp_path / "learning_curve.png").exists() and (tmp_path / "adapter" / "jetgym_adapter.json").exists()
+
+
+class Penalty(gym.Env):
+    """One step; action 1 costs 1, action 0 costs 2: returns differ, no success and no positive reward."""
+
+    observation_space = gym.spaces.Discrete(1)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return 0, {}
+
+    def step(self, action):
+        return 0, -1.0 - float(action == 0), True, False, {}
+
+
+def test_rft_bad_inputs_name_the_field(tmp_path):
+    for keep in ("top:0", "top:1.5", "top", "best"):
+        with pytest.raises(ValueError, match=f"train.keep must be auto, success or top:F with a fraction 0 < F <= 1 "
+                                             rf"\(e.g. top:0.25\), got '{keep}'"):
+            RFTOptions(keep=keep)
+    with pytest.raises(ValueError, match="train.group must be >= 1, got 0"):
+        RFTOptions(group=0)
+    with pytest.raises(ValueError, match=r"train.explore must be in \[0, 1\], got 2"):
+        RFTOptions(explore=2)
+    policy = Policy(tiny_scorer(), LoraOptions(lora_rank=2), seed=0)
+    envs = [CandidateActions(Penalty(), texts=["a", "b"])]
+    agent = make_agent("scorer", scorer=policy.scorer, task="Choose.", describer=lambda o: "here", policy="sample")
+    with pytest.raises(ValueError, match=r"algorithm=rft kept no episode in 8 env steps \(8 episodes, best return -1\): "
+                                         r"the env reported no info\['is_success'\] and no episode ended on a positive "
+                                         r"reward, so train.keep=success keeps nothing; use train.keep=auto"):
+        run_rft(policy, envs, agent, RFTOptions(group=4, seeds_per_round=2, num_envs=1, keep="success"), tmp_path / "s",
+                env_steps=8, progress=False)
+    summary = run_rft(policy, envs, agent, RFTOptions(group=4, seeds_per_round=2, num_envs=1), tmp_path / "auto",
+                      env_steps=8, progress=False)
+    assert summary["kept_episodes"] >= 1  # auto keeps the better episodes of a group without success
+
+
+def cli(*overrides, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([os.path.join(os.path.dirname(sys.executable), "jetgym-train"), *overrides],
+                          capture_output=True, text=True, timeout=300, cwd=cwd,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+
+
+def test_rft_cli_refuses_options_of_other_algorithms_and_box_actions(tmp_path):
+    done = cli("algorithm=ppo", "train.keep=success", f"output_dir={tmp_path / 'a'}")
+    assert done.returncode != 0
+    assert "train.keep is an option of algorithm=rft, not of algorithm=ppo: remove it or change the algorithm" in done.stderr
+    done = cli("algorithm=rft", "train.unique=true", f"output_dir={tmp_path / 'b'}")
+    assert "train.unique merges repeated labelled questions: set it with algorithm=sft or bc only (got algorithm=rft)" \
+        in done.stderr
+    done = cli("algorithm=rft", "env=gym", "env.id=MountainCarContinuous-v0", f"output_dir={tmp_path / 'c'}")
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "MountainCarContinuous-v0" in done.stderr and "Box" in done.stderr, done.stderr[-2000:]
+
+
+RESUMED = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {tests!r})
+    from test_rft import bandit_run
+    from jetgym.training import rft
+    from jetgym.training.options import RFTOptions
+    from jetgym.training.run import run_rft
+    policy, envs, agent = bandit_run()
+    if sys.argv[1] == "slow":  # stop in the third round, after round 2's checkpoint: the parent kills it there
+        original, calls = rft.play_round, []
+        def play_round(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 3:
+                print("checkpointed", flush=True)
+                time.sleep(600)
+            return original(*args, **kwargs)
+        rft.play_round = play_round
+    options = RFTOptions(group=2, seeds_per_round=2, num_envs=2, updates=2, minibatch=2, learning_rate=0.02)
+    run_rft(policy, envs, agent, options, sys.argv[2], env_steps=20, seed=1, progress=False)
+    print("done", flush=True)
+""")
+
+
+def test_rft_resumes_after_kill_and_trains_the_uninterrupted_adapter(tmp_path):
+    from safetensors.torch import load_file
+
+    script = tmp_path / "run.py"
+    script.write_text(RESUMED.format(tests=TESTS))
+    out, straight = tmp_path / "out", tmp_path / "straight"
+    child = subprocess.Popen([sys.executable, str(script), "slow", str(out)], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "checkpointed"
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    pointer = json.loads((out / "checkpoint.json").read_text())
+    assert pointer["update"] == 2 and pointer["env_steps"] == 8
+    for folder in (out, straight):
+        finished = subprocess.run([sys.executable, str(script), "fast", str(folder)], capture_output=True, text=True,
+                                  timeout=600)
+        assert finished.returncode == 0, finished.stderr
+    assert [r["round"] for r in rows_of(out)] == [1, 2, 3, 4, 5]
+    assert [r["pool"] for r in rows_of(out)] == [r["pool"] for r in rows_of(straight)]
+    resumed, whole = (load_file(f / "adapter" / "adapter_model.safetensors") for f in (out, straight))
+    assert resumed.keys() == whole.keys()
+    assert all(torch.allclose(resumed[k], whole[k], atol=1e-6) for k in resumed)
+
+
+class MisleadingRooms(gym.Env):
+    """Two rooms; the hall's text says the treasure is north, but only `go south` (then `open chest`) wins."""
+
+    observation_space = gym.spaces.Text(200)
+    action_space = gym.spaces.Text(40)
+    COMMANDS = {"hall": ["go north", "go south"], "north": ["go back"], "south": ["open chest", "go back"]}
+    TEXTS = {"hall": "You are in a hall. The treasure is north, says a sign.",
+             "north": "An empty room. The hall is back.", "south": "A small room with a chest. The hall is back."}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.room = "hall"
+        return self.TEXTS["hall"], {"admissible_commands": self.COMMANDS["hall"]}
+
+    def step(self, action):
+        won = action == "open chest"
+        self.room = {"go north": "north", "go south": "south", "go back": "hall"}.get(action, self.room)
+        text = "You open the chest: gold! You win." if won else self.TEXTS[self.room]
+        return text, float(won), won, False, {"admissible_commands": self.COMMANDS[self.room]}
+
+
+@pytest.mark.slow
+def test_rft_learns_a_text_env_whose_words_mislead_the_zero_shot_scorer(tmp_path):
+    from jetgym.agents import rollout
+
+    def env():
+        return CandidateActions(gym.wrappers.TimeLimit(MisleadingRooms(), 6))
+
+    scorer = make_scorer("jet")
+    task = "Find the treasure."
+    zero_shot = rollout(env(), make_agent("scorer", scorer=scorer, task=task, policy="argmax"), 3, 0, progress=False)
+    assert all(e["return"] == 0 for e in zero_shot)  # it follows the sign north and back, never the chest
+    policy = Policy(scorer, LoraOptions(), seed=0)
+    agent = make_agent("scorer", scorer=policy.scorer, task=task, policy="sample")
+    summary = run_rft(policy, [env() for _ in range(8)], agent, RFTOptions(), tmp_path, env_steps=400, progress=False)
+    trained = make_scorer("jet", adapter=str(tmp_path / "adapter"))
+    after = rollout(env(), make_agent("scorer", scorer=trained, task=task, policy="argmax"), 3, 0, progress=False)
+    assert all(e["return"] == 1 for e in after), (summary, after)
