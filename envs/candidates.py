@@ -100,6 +100,14 @@ def action_texts(env: gym.Env, n: int, texts: Sequence[str] | None = None,
     return texts, labels
 
 
+class UnsupportedActionSpace(TypeError, ValueError):
+    """An action space CandidateActions cannot list (a user error: the fix is a wrapper or another env)."""
+
+    def __init__(self, message: str, space: spaces.Space):
+        super().__init__(message)
+        self.space = space
+
+
 def _name(env) -> str:
     spec = getattr(env, "spec", None)
     return spec.id if spec is not None and spec.id else type(env.unwrapped).__name__
@@ -140,11 +148,13 @@ class CandidateActions(gym.Wrapper):
             self.mask = np.ones(0, np.int8)
             return
         if isinstance(env.action_space, spaces.Box):
-            raise TypeError(f"CandidateActions needs a Discrete action space, got {env.action_space}: discretize it "
-                            f"first, e.g. CandidateActions(gymnasium.wrappers.DiscretizeAction(env, bins=5), texts=[...])")
+            raise UnsupportedActionSpace(f"CandidateActions needs a Discrete action space, got {env.action_space}: discretize it "
+                                         f"first, e.g. CandidateActions(gymnasium.wrappers.DiscretizeAction(env, bins=5), "
+                                         f"texts=[...])", env.action_space)
         if not isinstance(env.action_space, spaces.Discrete):
-            raise TypeError(f"CandidateActions needs a Discrete or Text action space, got {env.action_space} (an env "
-                            f"that lists string commands in info: CandidateActions(env, commands='admissible_commands'))")
+            raise UnsupportedActionSpace(f"CandidateActions needs a Discrete or Text action space, got {env.action_space} (an env "
+                            f"that lists string commands in info: CandidateActions(env, commands='admissible_commands'))",
+                                         env.action_space)
         n, start = int(env.action_space.n), int(env.action_space.start)
         texts, labels = action_texts(env, n, texts, labels)
         self.candidates = CandidateSet(tuple(texts), tuple(labels), tuple(range(start, start + n)))

@@ -9,34 +9,70 @@ from jetgym.scripts.config import EpisodeConfig, build_scorer
 
 
 def make_env(config: EpisodeConfig, render: bool = False):
-    """The configured env (any registered id, with `env.kwargs`) with `CandidateActions` on top (texts:
-    `env.action_texts`, else the env's own); `env.num_envs > 1`: a vector env of such envs (autoreset disabled:
-    the rollout reseeds every episode). render: ask for `rgb_array` frames when the env offers them (single
-    envs only, for the GIFs)."""
+    """The configured env (any registered id, with `env.kwargs`; Box actions split by `env.discretize`) with
+    `CandidateActions` on top (texts: `env.action_texts`, else the env's own); `env.num_envs > 1`: a vector env of
+    such envs (autoreset disabled: the rollout reseeds every episode). render: ask for `rgb_array` frames when the
+    env offers them (single envs only, for the GIFs)."""
+    from functools import partial
+
     import gymnasium as gym
 
     from jetgym.envs import import_env_modules  # importing jetgym.envs registers the jetgym ids
-    from jetgym.envs.candidates import CandidateActions, make_vector_env
+    from jetgym.envs.candidates import CandidateActions, UnsupportedActionSpace, make_vector_env
 
     import_env_modules(config.env.imports)
 
     kwargs = dict(config.env.kwargs)
     texts = None if config.env.action_texts is None else list(config.env.action_texts)
-    if config.env.num_envs > 1:
-        return make_vector_env(config.env.id, config.env.num_envs, texts=texts, mode=config.env.vectorization, **kwargs)
-    if render and "render_mode" not in kwargs and "rgb_array" in _render_modes(config.env.id):
-        kwargs["render_mode"] = "rgb_array"
-    return CandidateActions(gym.make(config.env.id, **kwargs), texts=texts)
+    bins = config.env.discretize
+    wrappers = [] if bins is None else [partial(gym.wrappers.DiscretizeAction, bins=bins)]
+    try:
+        if config.env.num_envs > 1:
+            return make_vector_env(config.env.id, config.env.num_envs, texts=texts, mode=config.env.vectorization,
+                                   env_wrappers=wrappers, **kwargs)
+        if render and "render_mode" not in kwargs and "rgb_array" in _render_modes(config.env.id):
+            kwargs["render_mode"] = "rgb_array"
+        env = gym.make(config.env.id, **kwargs)
+        for wrap in wrappers:
+            env = wrap(env)
+        return CandidateActions(env, texts=texts)
+    except UnsupportedActionSpace as error:
+        fix = ("set env.discretize=N to split each of its dimensions into N actions (e.g. env.discretize=5)"
+               if isinstance(error.space, gym.spaces.Box) and bins is None else "use an env with Discrete or Text actions")
+        raise ValueError(f"env.id={config.env.id} has the action space {error.space}, which candidates cannot list: "
+                         f"{fix}") from None
+    except TypeError as error:
+        if "unexpected keyword argument" not in str(error):
+            raise
+        raise ValueError(f"env.kwargs: {config.env.id} does not take {_unexpected_keyword(error)!r} (it takes "
+                         f"{', '.join(_env_parameters(config.env.id)) or 'no keyword'}); remove it or fix its "
+                         "name") from None
 
 
-def _render_modes(env_id: str) -> list[str]:
+def _unexpected_keyword(error: TypeError) -> str:
+    return str(error).split("unexpected keyword argument", 1)[1].split("'")[1]
+
+
+def _env_parameters(env_id: str) -> list[str]:
+    """The keyword parameters `gymnasium.make` passes on to the env's constructor, and its own."""
+    import inspect
+
+    names = [n for n, p in inspect.signature(_env_creator(env_id)).parameters.items()
+             if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    return names + ["max_episode_steps", "render_mode"]
+
+
+def _env_creator(env_id: str):
     import gymnasium as gym
 
     from jetgym.envs import split_env_id
 
     entry = gym.registry[split_env_id(env_id)[1]].entry_point
-    cls = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
-    return list(getattr(cls, "metadata", {}).get("render_modes", []))
+    return gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+
+
+def _render_modes(env_id: str) -> list[str]:
+    return list(getattr(_env_creator(env_id), "metadata", {}).get("render_modes", []))
 
 
 def build_agent(config: EpisodeConfig, task: str | None = None, scorer: Any = None, env: Any = None):

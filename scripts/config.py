@@ -186,6 +186,7 @@ class EnvConfig:
     text the agent is told first (null: the env's `task` attribute, if any); examples: worked
     [observation text, control text] pairs the `scorer` agent is shown before each question (few-shot chat turns,
     written as the env's describer writes observations; `jetgym.agents.prompt`);
+    discretize: bins per dimension of a Box action space (gymnasium's DiscretizeAction; null: Box is refused);
     num_envs: sub-envs played at once (> 1: a vector env, one scorer call per step); vectorization:
     `sync` or `async` (sub-envs in processes)."""
 
@@ -195,6 +196,7 @@ class EnvConfig:
     action_texts: Optional[List[str]] = None
     task: Optional[str] = None
     examples: List[List[str]] = field(default_factory=list)
+    discretize: Optional[int] = None
     num_envs: int = 1
     vectorization: str = "sync"
 
@@ -203,6 +205,8 @@ class EnvConfig:
 
         check_env_id(self.id, self.imports)
         _check_positive("env.num_envs", self.num_envs)
+        if self.discretize is not None and (isinstance(self.discretize, bool) or self.discretize < 2):
+            raise ValueError(f"env.discretize must be null or a number of bins >= 2, got {self.discretize}")
         check_choice("env.vectorization", self.vectorization, VECTORIZATIONS)
         if self.action_texts is not None and (not self.action_texts or any(not str(t) for t in self.action_texts)):
             raise ValueError(f"env.action_texts must be null or non-empty texts, got {self.action_texts}")

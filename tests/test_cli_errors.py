@@ -223,3 +223,32 @@ def test_a_swept_output_dir_is_left_to_hydra(tmp_path):
     check_output_dir_argument(["-m", f"output_dir={tmp_path / 'a'},{tmp_path / 'b'}"], "jetgym-qa")
     check_output_dir_argument(["output_dir=outputs/${now:%H}"], "jetgym-qa")  # interpolations too
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_box_action_env_from_the_command_line_is_one_line_naming_env_discretize(tmp_path):
+    done = job("episode", "env=gym", "env.id=MountainCarContinuous-v0", "agent=random", f"output_dir={tmp_path / 'a'}")
+    assert done.returncode == 2
+    assert only_line(done) == ("jetgym-episode: env.id=MountainCarContinuous-v0 has the action space Box(-1.0, 1.0, "
+                               "(1,), float32), which candidates cannot list: set env.discretize=N to split each of "
+                               "its dimensions into N actions (e.g. env.discretize=5)")
+
+
+def test_env_discretize_plays_a_box_action_env_with_the_given_texts(tmp_path):
+    out = tmp_path / "out"
+    done = job("episode", "env=gym", "env.id=MountainCarContinuous-v0", "env.discretize=3", "agent=random",
+               "env.action_texts=[push left,coast,push right]", "+env.kwargs.max_episode_steps=4", "video=false",
+               f"output_dir={out}")
+    assert done.returncode == 0, done.stderr
+    steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
+    assert len(steps) == 4 and {s["text"] for s in steps} <= {"push left", "coast", "push right"}
+
+
+@pytest.mark.parametrize("override, message", [
+    ("env.discretize=1", "env.discretize must be null or a number of bins >= 2, got 1"),
+    ("+env.kwargs.slipery=false", "env.kwargs: FrozenLake-v1 does not take 'slipery' (it takes render_mode, desc, "
+                                  "map_name, is_slippery, success_rate, reward_schedule, max_episode_steps, "
+                                  "render_mode); remove it or fix its name"),
+])
+def test_bad_env_settings_are_one_line(tmp_path, override, message):
+    done = job("episode", "env=frozenlake", "agent=random", override, f"output_dir={tmp_path / 'a'}")
+    assert done.returncode == 2 and only_line(done) == f"jetgym-episode: {message}"
