@@ -189,7 +189,9 @@ def play_vector(envs, agent, episodes: int, seed: int = 0, on_step: StepHook | N
         tick = time.monotonic()
         acts = act_many([observations[i] for i in active], [sets[i] for i in active], active) if active else []
         spent = time.monotonic() - tick
-        chosen = [sets[i].actions[0] for i in range(k)]  # idle slots: any admissible action, ignored
+        # idle slots: any admissible action, ignored; a text game's final step may list none (the slot's next
+        # env step is its reset, which ignores the action)
+        chosen = [sets[i].actions[0] if sets[i].actions else "" for i in range(k)]
         for i, act in zip(active, acts):
             chosen[i] = act.action
             thinking[i] += spent / len(active)

@@ -2,17 +2,21 @@
 
 It sits on any env with a `Discrete` action space; observations, rewards and actions pass through untouched.
 Texts come from, in order: the `texts` argument; the env's own `controls` (objects with `label` and `text`, as
-`jetgym.envs.vizdoom.env.CONTROLS`); MiniGrid's seven actions (`jetgym.envs.minigrid.ACTION_TEXTS`) for a MiniGrid env;
-its Atari-style `get_action_meanings()`; else `action 0 … action n-1`, with a warning. At every reset and step the candidate set holds only the actions allowed now: an action mask in
-`info["action_mask"]` (as Taxi-v4 gives) or from an `action_masks()` method (the sb3-contrib convention) drops
-the masked ones, keeping the action order. The wrapper publishes the mask it used as `info["action_mask"]`
-(int8, all ones when the env masks nothing) and answers `action_masks()` itself, so masking learners work on
-the wrapped env too. A step where every action is masked is an error.
+`jetgym.envs.vizdoom.env.CONTROLS`, or plain strings, each its own label; anything else is an error);
+MiniGrid's seven actions (`jetgym.envs.minigrid.ACTION_TEXTS`) for a MiniGrid env; its Atari-style
+`get_action_meanings()`; else `action 0 … action n-1`, with a warning. At every reset and step the candidate
+set holds only the actions allowed now: an action mask in `info["action_mask"]` (as Taxi-v4 gives) or from an
+`action_masks()` method (the sb3-contrib convention) drops the masked ones, keeping the action order. The
+wrapper publishes the mask it used as `info["action_mask"]` (int8, all ones when the env masks nothing) and
+answers `action_masks()` itself, so masking learners work on the wrapped env too. A step where every action is
+masked is an error.
 
 Text games: an env whose action space is `spaces.Text` (or any env, with `commands="<info key>"`) lists the
 commands admissible now in `info["admissible_commands"]` (TextWorld's convention), a different list at every step;
 the candidate set is that list (each command its own text, label and action), and the action sent to the env is
-the chosen command string. `jetgym.envs.textworld` is such an env.
+the chosen command string. `jetgym.envs.textworld` is such an env. A terminated or truncated step needs no
+action, so its list may be empty (the candidate set is then `NO_CANDIDATES`); an empty list on any other step
+is an error naming the episode and the step.
 
 Vector envs: wrap the sub-envs, not the vector env (`make_vector_env(id, num_envs, ...)` does it); the vector
 env's `info["candidates"]` is then an object array with one `CandidateSet` per sub-env (mask `info["_candidates"]`).
@@ -63,6 +67,16 @@ class CandidateSet:
                             tuple(self.actions[i] for i in keep))
 
 
+def _no_candidates() -> CandidateSet:
+    empty = object.__new__(CandidateSet)  # past the check: the one candidate set with nothing in it
+    for name in ("texts", "labels", "actions"):
+        object.__setattr__(empty, name, ())
+    return empty
+
+
+NO_CANDIDATES = _no_candidates()  # a terminated or truncated step of a text game that lists no command
+
+
 def action_texts(env: gym.Env, n: int, texts: Sequence[str] | None = None,
                  labels: Sequence[str] | None = None) -> tuple[list[str], list[str]]:
     """(texts, labels) of the `n` actions: the argument, the env's `controls`, `get_action_meanings()`, or a fallback."""
@@ -73,8 +87,8 @@ def action_texts(env: gym.Env, n: int, texts: Sequence[str] | None = None,
         controls = getattr(env.unwrapped, "controls", None)
         meanings = getattr(env.unwrapped, "get_action_meanings", None)
         if controls is not None:
-            texts = [c.text for c in controls]
-            labels = [c.label for c in controls] if labels is None else labels
+            texts, own = _control_texts(env, controls, n)
+            labels = own if labels is None else labels
         elif callable(meanings):
             names = list(meanings())
             texts = [name.lower().replace("_", " ") for name in names]
@@ -98,6 +112,31 @@ def action_texts(env: gym.Env, n: int, texts: Sequence[str] | None = None,
                              f"{values.count(repeated[0])} times in {values}: give each action its own text "
                              f"(env.action_texts, texts= in Python)")
     return texts, labels
+
+
+def _control_texts(env: gym.Env, controls: Any, n: int) -> tuple[list[str], list[str]]:
+    """(texts, labels) of an env's `controls`: objects with `text` and `label`, or plain strings (each its own label)."""
+    kinds = "strings, or objects with .text and .label"
+    where = f"{_name(env)}.controls"
+    if isinstance(controls, (str, bytes)) or not isinstance(controls, Sequence):
+        raise ValueError(f"{where} must be a list of {n} control texts ({kinds}), got {controls!r}")
+    controls = list(controls)
+    named = [isinstance(getattr(c, "text", None), str) and hasattr(c, "label") for c in controls]
+    wrong = [c for c, ok in zip(controls, named) if not ok and not isinstance(c, str)]
+    if wrong:
+        raise ValueError(f"{where} must be a list of control texts ({kinds}), but holds {wrong[0]!r} "
+                         f"({type(wrong[0]).__name__}) in {controls!r}")
+    if any(named) and not all(named):
+        raise ValueError(f"{where} mixes strings and objects with .text and .label in {controls!r}: use one kind")
+    texts = [c.text for c in controls] if any(named) else controls
+    labels = [c.label for c in controls] if any(named) else controls
+    empty = [i for i, text in enumerate(texts) if not text.strip()]
+    if empty:
+        raise ValueError(f"{where} gives control {empty[0]} an empty text in {texts!r}: every action needs a text")
+    if len(texts) != n:
+        raise ValueError(f"{where} lists {len(texts)} controls but the action space {env.action_space} has {n} "
+                         f"actions: give one control per action, in order (or env.action_texts, texts= in Python)")
+    return list(texts), list(labels)
 
 
 class UnsupportedActionSpace(TypeError, ValueError):
@@ -125,7 +164,10 @@ class CandidateActions(gym.Wrapper):
     in `info[commands]` (default `admissible_commands`) at that reset or step, each its own text, label and
     action, so the agent answers with the command string. The list is the admissible set, so nothing is masked:
     `action_masks()` is all ones over it and no `info["action_mask"]` is added (its length changes every step,
-    which a vector env's info arrays cannot hold)."""
+    which a vector env's info arrays cannot hold). A terminated or truncated step may list nothing (its
+    candidates are `NO_CANDIDATES`); a reset or any other step that lists nothing is an error naming `episode`
+    (this wrapper's resets before the current episode's: 0 for the first, as steps.jsonl numbers episodes when
+    one env plays them all; a vector env counts per sub-env) and `steps` (the env steps since that reset)."""
 
     def __init__(self, env: gym.Env, texts: Sequence[str] | None = None, labels: Sequence[str] | None = None,
                  commands: str | None = None):
@@ -137,6 +179,7 @@ class CandidateActions(gym.Wrapper):
         if commands is None and isinstance(env.action_space, spaces.Text):
             commands = COMMANDS_KEY
         self.commands = commands
+        self.episode, self.steps = -1, 0
         if commands is not None:
             if not isinstance(commands, str) or not commands:
                 raise ValueError(f"commands must name the info key that lists the admissible commands, got {commands!r}")
@@ -173,7 +216,7 @@ class CandidateActions(gym.Wrapper):
             return None
         return np.asarray(method()) if callable(method) else None
 
-    def _command_candidates(self, info: dict) -> dict:
+    def _command_candidates(self, info: dict, done: bool) -> dict:
         listed = info.get(self.commands)
         if listed is None:
             raise ValueError(f"{_name(self.env)} takes text commands but puts no list in info[{self.commands!r}] at "
@@ -182,14 +225,18 @@ class CandidateActions(gym.Wrapper):
         if isinstance(listed, str) or not all(isinstance(c, str) and c.strip() for c in listed):
             raise ValueError(f"info[{self.commands!r}] must be a list of non-empty command strings, got {listed!r}")
         commands = tuple(dict.fromkeys(c.strip() for c in listed))  # distinct, in the env's order
-        if not commands:
-            raise ValueError(f"{_name(self.env)} lists no admissible command in info[{self.commands!r}] at this step")
         self.mask = np.ones(len(commands), np.int8)
+        if not commands:
+            if done:  # no action follows a terminated or truncated step
+                return {**info, "candidates": NO_CANDIDATES}
+            raise ValueError(f"{_name(self.env)} lists no admissible command in info[{self.commands!r}] at episode "
+                             f"{self.episode}, step {self.steps} (an env must list at least one command on every "
+                             "step that is not terminated or truncated)")
         return {**info, "candidates": CandidateSet(commands, commands, commands)}
 
-    def _with_candidates(self, info: dict) -> dict:
+    def _with_candidates(self, info: dict, done: bool = False) -> dict:
         if self.commands is not None:
-            return self._command_candidates(info)
+            return self._command_candidates(info, done)
         n = len(self.candidates.actions)
         mask = self._env_mask(info)
         if mask is None:
@@ -206,11 +253,13 @@ class CandidateActions(gym.Wrapper):
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
+        self.episode, self.steps = self.episode + 1, 0
         return obs, self._with_candidates(info)
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
-        return obs, reward, terminated, truncated, self._with_candidates(info)
+        self.steps += 1
+        return obs, reward, terminated, truncated, self._with_candidates(info, bool(terminated or truncated))
 
 
 def make_vector_env(env_id: str, num_envs: int, texts: Sequence[str] | None = None, labels: Sequence[str] | None = None,

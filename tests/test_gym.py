@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -145,6 +146,44 @@ def test_candidate_texts_from_meanings_controls_or_fallback():
         assert CandidateActions(Masked()).candidates.texts == ("action 0", "action 1", "action 2", "action 3")
     with pytest.raises(ValueError, match="3 candidate labels for 4 actions"):
         CandidateActions(Masked(), texts=list("abcd"), labels=list("xyz"))
+
+
+class Controlled(Masked):
+    """An env that names its actions in a `controls` attribute."""
+
+    def __init__(self, controls):
+        self.controls = controls
+
+
+def test_controls_may_be_plain_strings_or_objects_with_text_and_label():
+    from collections import namedtuple
+
+    env = CandidateActions(Controlled(["wait", "go left", "go right", "jump"]))
+    assert env.candidates.texts == env.candidates.labels == ("wait", "go left", "go right", "jump")
+    Control = namedtuple("Control", "label text")
+    env = CandidateActions(Controlled(tuple(Control(f"k{i}", f"key {i}") for i in range(4))))
+    assert env.candidates.texts == ("key 0", "key 1", "key 2", "key 3") and env.candidates.labels[0] == "k0"
+    assert CandidateActions(Controlled([1, 2, 3, 4]), texts=list("abcd")).candidates.texts == tuple("abcd")
+
+
+@pytest.mark.parametrize("controls,message", [
+    ([1, 2, 3, 4], "Controlled.controls must be a list of control texts (strings, or objects with .text and .label), "
+                   "but holds 1 (int) in [1, 2, 3, 4]"),
+    (["wait", "go left", "jump"], "Controlled.controls lists 3 controls but the action space Discrete(4) has 4 "
+                                  "actions: give one control per action, in order"),
+    ("wasd", "Controlled.controls must be a list of 4 control texts (strings, or objects with .text and .label), "
+             "got 'wasd'"),
+    (4, "Controlled.controls must be a list of 4 control texts"),
+    (["wait", "go left", "go right", SimpleNamespace(label="j", text="jump")],
+     "Controlled.controls mixes strings and objects with .text and .label in ['wait', 'go left', 'go right', "
+     "namespace(label='j', text='jump')]: use one kind"),
+    (["wait", "", "go right", "jump"], "Controlled.controls gives control 1 an empty text in ['wait', '', 'go right', "
+                                       "'jump']: every action needs a text"),
+])
+def test_bad_controls_are_one_line_errors(controls, message):
+    with pytest.raises(ValueError, match=re.escape(message)) as error:
+        CandidateActions(Controlled(controls))
+    assert "\n" not in str(error.value)
 
 
 def test_box_actions_point_to_discretize_action(fake_scorer):

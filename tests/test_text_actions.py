@@ -1,6 +1,8 @@
 """Per-step admissible commands: Text action spaces (or `commands=<info key>`) get their candidate set from
 `info["admissible_commands"]` at every step; the agent answers with the command string; vector envs, masks and
-steps.jsonl work the same way. The env is the small text game of `text_rooms` (and TextWorld when installed)."""
+steps.jsonl work the same way. A won or truncated step may list no command (episodes, vector envs, cloning, PPO
+and rft rollouts); any other step that lists none is an error naming the episode and step. The env is the
+small text game of `text_rooms` (and TextWorld when installed)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from gymnasium import spaces  # noqa: E402
 
 import text_rooms  # noqa: E402,F401  (registers TextRooms-v0)
 from jetgym.agents import make_agent, rollout  # noqa: E402
-from jetgym.envs.candidates import CandidateActions, make_vector_env  # noqa: E402
+from jetgym.agents.base import Act, AgentBase  # noqa: E402
+from jetgym.envs.candidates import NO_CANDIDATES, CandidateActions, make_vector_env  # noqa: E402
 from jetgym.scorers import make_scorer  # noqa: E402
 
 
@@ -110,7 +113,7 @@ def test_commands_key_turns_any_env_into_a_command_env():
 
 @pytest.mark.parametrize("listed,message", [
     (None, "takes text commands but puts no list in info['moves'] at this step"),
-    ([], "lists no admissible command in info['moves'] at this step"),
+    ([], "lists no admissible command in info['moves'] at episode 0, step 0 (an env must list at least one command"),
     (["go", ""], "info['moves'] must be a list of non-empty command strings, got ['go', '']"),
     ("go north", "info['moves'] must be a list of non-empty command strings, got 'go north'"),
 ])
@@ -177,3 +180,140 @@ def test_textworld_cleans_the_banner_and_prompt():
 def test_commands_must_name_an_info_key():
     with pytest.raises(ValueError, match=re.escape("commands must name the info key that lists the admissible commands, got ''")):
         CandidateActions(Listing(["x"]), commands="")
+
+
+# --- the final step of a game that is over may list no command --------------------------------------------------
+class Seeker(AgentBase):
+    """Takes the first of `prefer` that is admissible (default: take the key, else go north)."""
+
+    def __init__(self, prefer=("take key", "go north")):
+        self.prefer = prefer
+
+    def reset(self, seed=None, slot=0):
+        pass
+
+    def act_one(self, observation, candidates, slot):
+        index = next(candidates.texts.index(c) for c in self.prefer if c in candidates.texts)
+        return Act(index, candidates.actions[index], candidates.labels[index], candidates.texts[index])
+
+
+def quiet_rooms(**kwargs):
+    return CandidateActions(gym.make("TextRooms-v0", quiet_end=True, **kwargs))
+
+
+def test_a_won_or_truncated_step_may_list_no_command():
+    env = quiet_rooms(moves=2)
+    env.reset(seed=0)
+    _, _, terminated, truncated, info = env.step("look")
+    assert not (terminated or truncated) and info["candidates"].texts == ("go north", "look")
+    _, _, terminated, truncated, info = env.step("look")  # the game's own move limit, nothing listed
+    assert truncated and not terminated and info["candidates"] is NO_CANDIDATES and env.action_masks().tolist() == []
+    won = rollout(quiet_rooms(), Seeker(), 3, seed=0, progress=False)
+    assert [(e["return"], e["length"], e["terminated"], e["truncated"]) for e in won] == [(1.0, 3, True, False)] * 3
+    cut = rollout(quiet_rooms(moves=2), Seeker(("look",)), 2, seed=0, progress=False)
+    assert [(e["length"], e["truncated"]) for e in cut] == [(2, True)] * 2
+
+
+@pytest.mark.parametrize("mode,autoreset", [("sync", "disabled"), ("sync", "next_step"), ("sync", "same_step"),
+                                            ("async", "next_step")])
+def test_vector_envs_play_games_whose_last_step_lists_nothing(mode, autoreset):
+    def rows(env, seed):
+        return [(e["return"], e["length"], e["terminated"]) for e in rollout(env, make_agent("random"), 5, seed=seed,
+                                                                             progress=False)]
+
+    envs = make_vector_env("TextRooms-v0", 2, mode=mode, autoreset=autoreset, quiet_end=True, moves=4)
+    try:
+        played = rows(envs, 1)
+        envs.reset(seed=0)
+        for action in ("go north", "go north", "take key"):
+            _, _, terminated, _, info = envs.step((action, action))
+        if autoreset != "same_step":  # same_step: the info is the next episode's reset
+            assert terminated.all() and list(info["candidates"]) == [NO_CANDIDATES] * 2
+    finally:
+        envs.close()
+    assert len(played) == 5 and all(length <= 4 for _, length, _ in played) and any(won for *_, won in played)
+    if autoreset == "disabled":  # every episode seeded as in a sequential run
+        assert played == rows(quiet_rooms(moves=4), 1)
+
+
+def test_the_episode_cli_and_cloning_replay_games_whose_last_step_lists_nothing(tmp_path, fake_scorer):
+    from jetgym.scripts.config import compose
+    from jetgym.scripts.episode import run_episodes
+    from jetgym.training.cloning import cloning_questions
+
+    for num_envs in (1, 2):
+        out = tmp_path / f"envs-{num_envs}"
+        run_episodes(compose("episode", ["env=gym", "env.id=TextRooms-v0", "env.imports=[text_rooms]", "agent=random",
+                                         "env.kwargs={quiet_end: true, moves: 4}", f"env.num_envs={num_envs}",
+                                         "video=false", "episodes=4", "seed=1", f"output_dir={out}"]), quiet=True)
+        rows = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
+        assert len({r["episode"] for r in rows}) == 4 and any(r["terminated"] for r in rows)
+        env = quiet_rooms(moves=4)
+        agent = make_agent("scorer", scorer=make_scorer("fake"), env=env, task="Find the key.")
+        questions = cloning_questions(out / "steps.jsonl", env, agent)
+        assert len(questions) == len(rows)
+        assert [q.candidates[q.gold] for q in questions] == [r["text"] for r in sorted(rows, key=lambda r: (
+            r["episode"], r["step"]))]
+
+
+def tiny_text_run(num_envs=2, **rooms):
+    from test_training import tiny_scorer
+    from jetgym.training.options import LoraOptions
+    from jetgym.training.policy import Policy
+
+    policy = Policy(tiny_scorer(), LoraOptions(lora_rank=4, lora_alpha=8), seed=0)
+    agent = make_agent("scorer", scorer=policy.scorer, task="Find the key.", describer=lambda o: o[:12],
+                       policy="sample")
+    return policy, [quiet_rooms(**rooms) for _ in range(num_envs)], agent
+
+
+def test_ppo_rollouts_and_updates_take_games_whose_last_step_lists_nothing():
+    import torch
+
+    from jetgym.training.options import PPOOptions
+    from jetgym.training.ppo import Rollouts, update
+
+    policy, envs, agent = tiny_text_run(moves=2)
+    envs[1] = CandidateActions(gym.make("TextRooms-v0", quiet_end=True, max_episode_steps=2))  # cut by a time limit
+    rollouts = Rollouts(envs, agent, lambda k, j: 10 * k + j)
+    collected = rollouts.collect(5)
+    quiet, cut = ([s for s in steps if s.terminated or s.truncated] for steps in collected.steps)
+    assert len(quiet) == len(cut) == 2 and len(collected.episodes) == 4
+    assert all(s.truncated and s.after is None for s in quiet)  # the game is over: nothing to bootstrap
+    assert all(s.truncated and s.after is not None and "look" in s.after.candidates for s in cut)  # bootstraps
+    options = PPOOptions(num_envs=2, rollout_steps=5, minibatch=5, epochs=1, learning_rate=0.01)
+    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=options.learning_rate)
+    losses = update(policy, optimizer, collected, options, torch.Generator().manual_seed(0))
+    assert all(np.isfinite(value) for value in losses.values())
+
+
+def test_rft_rounds_take_games_whose_last_step_lists_nothing():
+    from jetgym.training import rft
+    from jetgym.training.options import RFTOptions
+
+    policy, envs, agent = tiny_text_run(moves=4)
+    played = rft.play_round(envs, agent, policy.scorer, [5, 6], RFTOptions(group=2, seeds_per_round=2, num_envs=2),
+                            temperature=1.0, episode_seed=0)
+    assert len(played) == 4 and all(1 <= len(e.decisions) <= 4 for e in played)
+
+
+def test_a_step_that_needs_an_action_and_lists_nothing_names_the_episode_and_step(monkeypatch):
+    monkeypatch.setitem(text_rooms.COMMANDS, 1, [])  # the corridor lists nothing, and the game goes on
+    env = rooms()
+    for _ in range(3):
+        env.reset(seed=0)
+    for _ in range(4):
+        env.step("look")
+    message = ("TextRooms-v0 lists no admissible command in info['admissible_commands'] at episode 2, step 5 (an env "
+               "must list at least one command on every step that is not terminated or truncated)")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        env.step("go north")
+    with pytest.raises(ValueError, match=re.escape("info['admissible_commands'] at episode 0, step 1 (an env must")):
+        rollout(rooms(), Seeker(), 1, progress=False)
+    envs = make_vector_env("TextRooms-v0", 2)
+    try:
+        envs.reset(seed=0)
+        with pytest.raises(ValueError, match=re.escape("at episode 0, step 1 (an env must list at least one command")):
+            envs.step(("go north", "look"))
+    finally:
+        envs.close()

@@ -2,7 +2,10 @@
 on import, as third-party env packages do).
 
 Three rooms in a row: the hall (0), the corridor (1), the vault (2, where the key lies). The admissible commands
-change with the room; `take key` in the vault wins (reward 1). 12 steps at most."""
+change with the room; `take key` in the vault wins (reward 1). 12 steps at most.
+
+`quiet_end=True`: the step that ends the episode (the win, or the last of the game's own `moves`) lists no
+command, as games that are over do; `moves`: the game's own move limit (it truncates there)."""
 
 from __future__ import annotations
 
@@ -18,17 +21,17 @@ ROOMS = {0: "You are in the hall. A corridor leads north.", 1: "You are in a cor
 
 
 class TextRooms(gym.Env):
-    def __init__(self):
+    def __init__(self, quiet_end: bool = False, moves: int | None = None):
         self.observation_space = spaces.Text(200, charset=CHARS)
         self.action_space = spaces.Text(40, charset=CHARS)
-        self.room = 0
+        self.room, self.moved, self.quiet_end, self.moves = 0, 0, quiet_end, moves
 
-    def _info(self) -> dict:
-        return {"admissible_commands": list(COMMANDS[self.room])}
+    def _info(self, over: bool = False) -> dict:
+        return {"admissible_commands": [] if over and self.quiet_end else list(COMMANDS[self.room])}
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
-        self.room = 0
+        self.room, self.moved = 0, 0
         return ROOMS[0], self._info()
 
     def step(self, action):
@@ -38,8 +41,11 @@ class TextRooms(gym.Env):
             self.room += 1
         elif action == "go south":
             self.room -= 1
+        self.moved += 1
         won = action == "take key"
-        return ("You take the key. You win." if won else ROOMS[self.room]), float(won), won, False, self._info()
+        out = not won and self.moves is not None and self.moved >= self.moves
+        return (("You take the key. You win." if won else ROOMS[self.room]), float(won), won, out,
+                self._info(won or out))
 
 
 if "TextRooms-v0" not in gym.registry:

@@ -28,7 +28,8 @@ from .options import PPOOptions
 
 @dataclass
 class Step:
-    """One decision of a rollout; `after`: the context after a time-limit truncation (its value bootstraps)."""
+    """One decision of a rollout; `after`: the context after a time-limit truncation (its value bootstraps; None
+    when the env lists no action there: nothing is left to gain, the value is 0)."""
 
     question: Question
     index: int
@@ -95,7 +96,7 @@ class Rollouts:
                 self.current[k][2] += float(reward)
                 self.current[k][3] += 1
                 if terminated or truncated:
-                    if truncated and not terminated:
+                    if truncated and not terminated and info["candidates"].texts:
                         step.after = self.agent.question(nxt, info["candidates"], self.slots[k])
                     rollout.episodes.append({"slot": self.slots[k], "number": self.started[self.slots[k]] - 1,
                                              "return": self.current[k][2], "length": self.current[k][3],
@@ -156,11 +157,12 @@ def update(policy, optimizer, rollout: Rollout, options: PPOOptions, generator: 
         v = values[offset:offset + len(env_steps)]
         nxt = np.append(v[1:], last_values[k])
         for t, s in enumerate(env_steps):
-            if s.truncated and not s.terminated:
+            if s.after is not None:
                 nxt[t] = next(value_of_after)
         adv, ret = advantages(np.array([s.reward for s in env_steps]), v, nxt,
                               np.array([s.terminated or s.truncated for s in env_steps]),
-                              np.array([s.terminated for s in env_steps]), options.gamma, options.gae_lambda)
+                              np.array([s.terminated or (s.truncated and s.after is None) for s in env_steps]),
+                              options.gamma, options.gae_lambda)
         advantages_.append(adv)
         returns.append(ret)
         offset += len(env_steps)
