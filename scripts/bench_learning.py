@@ -5,11 +5,12 @@ the trained and the zero-shot scorer; accuracy overall and per question type (th
 majority answer of the training split, 95% intervals by an episode bootstrap (a LIBERO episode's frames are
 correlated), and the paired difference trained - zero-shot.
 
-Given a finished `jetgym-train` PPO or behaviour-cloning run folder, plays its env (the run's own env and agent
-settings) on held-out seeds `--seed .. --seed+N-1` (PPO training episodes use seeds >= 1,000,000; seeds of a
-cloning run's demonstrations are refused) with: the trained scorer (its adapter,
-argmax), the zero-shot scorer (argmax), `random`, and the best fixed control, picked on separate tuning seeds
-(`--tuning-seed`, never reported). Reports mean return and success per agent with 95% bootstrap intervals over
+Given a finished `jetgym-train` PPO, rft or behaviour-cloning run folder, plays its env (the run's own env and
+agent settings) on held-out seeds `--seed .. --seed+N-1` (PPO and rft training episodes use seeds >= 1,000,000;
+seeds of a cloning run's demonstrations are refused) with: the trained scorer (its adapter, argmax, at `--dtype`),
+the zero-shot scorer (argmax), `random`, the best fixed control, picked on separate tuning seeds
+(`--tuning-seed`, never reported), and with `--sb3` stable-baselines3 PPO with an MLP trained for the run's env
+steps with each run's training seed (`jetgym.scripts.bench_sb3`). Reports mean return and success per agent with 95% bootstrap intervals over
 seeds and the paired differences trained - other (same seeds resampled together), the training run's learning
 curve, and writes the section `train-<name>` of docs/benchmarks.md with `--docs`. Several runs of one
 configuration with different training seeds play the same held-out seeds, each as its own agent and, per
@@ -44,20 +45,41 @@ def success(episode: dict, rule: str) -> float:
 
 
 def play(overrides: list[str], agent: str, seeds: tuple[int, int], adapter: str | None = None,
-         control: str | None = None, scorer=None, stop_loops: bool = False) -> list[dict]:
+         control: str | None = None, scorer=None, stop_loops: bool = False, dtype: str = "float32") -> list[dict]:
     from jetgym.agents import rollout
     from jetgym.scripts.config import compose, to_config
     from jetgym.scripts.build import build_agent, make_env
 
     extra = [f"agent={agent}"] + ([f"agent.control={control}"] if control else []) \
         + ([f"model.adapter={adapter}"] if adapter else [])
-    config = to_config(compose("episode", overrides + extra + ["placement.dtype=float32"]))
+    config = to_config(compose("episode", overrides + extra + [f"placement.dtype={dtype}"]))
     env = make_env(config)
     try:
         built, _ = build_agent(config, scorer=scorer, env=env)
         return rollout(env, built, seeds[1] - seeds[0], seeds[0], progress=True, stop_loops=stop_loops)
     finally:
         env.close()
+
+
+DTYPES = {"float32": "fp32", "bfloat16": "bf16", "auto": "placement.dtype=auto (jetgym-episode's default)"}
+
+
+def sb3_reference(run: dict, summaries: list[dict], held: tuple[int, int], rule: str) -> dict[str, list[dict]]:
+    """stable-baselines3 PPO (MLP; MaskablePPO on masked envs) trained for the run's env steps with each training
+    seed, greedy on the held-out seeds; several seeds: each held-out seed's episode averaged over them."""
+    from jetgym.scripts import bench_sb3
+
+    env = run["env"]
+    models = [bench_sb3.train(env["id"], env["kwargs"], s["env_steps"], s["seed"]) for s in summaries]
+    plays = [bench_sb3.play(env["id"], env["kwargs"], model, range(*held)) for model in models]
+    steps = sorted({model.num_timesteps for model in models})  # SB3 plays whole rollouts of 2,048 steps
+    name = (f"SB3 PPO, MLP ({'/'.join(map(str, steps))} env steps"
+            + (f", mean of {len(plays)} seeds)" if len(plays) > 1 else ")"))
+    if len(plays) == 1:
+        return {name: plays[0]}
+    mean = [{"return": sum(e["return"] for e in column) / len(column),
+             "is_success": sum(success(e, rule) for e in column) / len(column)} for column in zip(*plays)]
+    return {name: mean}
 
 
 def env_overrides(run: dict) -> list[str]:
@@ -228,6 +250,10 @@ def main(argv=None) -> None:
     parser.add_argument("--stop-loops", action="store_true",
                         help="deterministic envs only: end a scorer's episode at its first repeated observation and "
                              "count the loop to the time limit (argmax without memory repeats it exactly)")
+    parser.add_argument("--dtype", choices=("float32", "auto", "bfloat16"), default="float32",
+                        help="the scorers' placement.dtype (auto: jetgym-episode's default, bf16 on CPUs with native bf16)")
+    parser.add_argument("--sb3", action="store_true",
+                        help="also train stable-baselines3 PPO (MLP) for the run's env steps with each training seed")
     parser.add_argument("--output-dir", default="outputs/bench-learning")
     parser.add_argument("--docs", action="store_true")
     args = parser.parse_args(argv)
@@ -271,16 +297,18 @@ def evaluate_play(folders: list[Path], summaries: list[dict], args, parser) -> N
     best = max(playable, key=playable.get) if playable else None
     batched = base + [f"env.num_envs={args.num_envs}"]
     trained = {"trained" if len(folders) == 1 else f"trained (seed {s['seed']})":
-               play(batched, "scorer", held, adapter=str(f / "adapter"), stop_loops=args.stop_loops)
+               play(batched, "scorer", held, adapter=str(f / "adapter"), stop_loops=args.stop_loops, dtype=args.dtype)
                for f, s in zip(folders, summaries)}
-    agents = {**trained, "zero-shot": play(batched, "scorer", held, stop_loops=args.stop_loops),
+    agents = {**trained, "zero-shot": play(batched, "scorer", held, stop_loops=args.stop_loops, dtype=args.dtype),
               "random": play(base, "random", held)}
     if best is not None:
         agents[f"fixed ({best})"] = play(base, "fixed", held, control=best)
+    if args.sb3:
+        agents.update(sb3_reference(run, summaries, held, args.success))
     seeds = list(range(*held))
     results = {"runs": [str(f) for f in folders], "held_out_seeds": list(held), "tuning_seeds": list(tuning),
                "fixed_tuning_returns": fixed_scores, "agents": {}, "paired": {},
-               "training": [{k: s.get(k) for k in ("algorithm", "updates", "env_steps", "train_questions", "seed")}
+               "training": [{k: s.get(k) for k in ("algorithm", "updates", "rounds", "env_steps", "train_questions", "seed")}
                             for s in summaries]}
     returns = {name: [e["return"] for e in episodes] for name, episodes in agents.items()}
     wins = {name: [success(e, args.success) for e in episodes] for name, episodes in agents.items()}
@@ -307,6 +335,7 @@ def evaluate_play(folders: list[Path], summaries: list[dict], args, parser) -> N
     log = logs[0]
     seconds = [sorted(r.get("rollout_seconds", 0) + r["update_seconds"] for r in run_log if "update_seconds" in r)
                for run_log in logs]
+    unit = "round" if run["algorithm"] == "rft" else "update"
     timing = "; ".join(("" if len(folders) == 1 else f"seed {s['seed']}: ") + f"median of {len(t)} "
                        f"{t[len(t) // 2]:.1f}, in all {sum(t) / 60:.1f} min" for s, t in zip(summaries, seconds))
     seed, caption = f"training seed {summary['seed']}", "learning curve"
@@ -317,6 +346,12 @@ def evaluate_play(folders: list[Path], summaries: list[dict], args, parser) -> N
         how = (f"a PPO run of {summary['env_steps']} env steps ({summary['updates']} updates, {seed})")
         curve_line = ("Learning curve (mean return of the episodes that ended in each update's rollout): "
                       + ", ".join(f"{r['env_steps']}: {r['mean_return']:.2f}" for r in log if r.get("mean_return") is not None) + ".")
+    elif run["algorithm"] == "rft":
+        how = (f"an rft run of {summary['env_steps']} env steps ({summary['rounds']} rounds, {seed}; "
+               f"{sum(s['seconds_this_process'] for s in summaries) / len(summaries) / 60:.1f} min per run on average)")
+        curve_line = ("Learning curve of training seed " + str(summary["seed"]) + " (success rate of each round's "
+                      "sampled episodes, exploring ones included; env steps: success): "
+                      + ", ".join(f"{r['env_steps']}: {r['success_rate']:.2f}" for r in log) + ".")
     else:
         floor = run["train"].get("min_return")
         merged = run.get("unique")
@@ -338,17 +373,18 @@ def evaluate_play(folders: list[Path], summaries: list[dict], args, parser) -> N
             f"Command: `jetgym-bench-learning RUN --name {args.name} --episodes {args.episodes}"
             + (f" --success {args.success}" if args.success != SUCCESS_RULES[0] else "")
             + (f" --num-envs {args.num_envs}" if args.num_envs > 1 else "") + (" --stop-loops" if args.stop_loops else "")
+            + (f" --dtype {args.dtype}" if args.dtype != "float32" else "") + (" --sb3" if args.sb3 else "")
             + f"` on {how}; the run's "
             f"settings: `{json.dumps({k: run['train'][k] for k in run['train'] if run['train'][k] is not None}, sort_keys=True)}`"
             + (f", in effect (defaults filled in): `{json.dumps(run['options'], sort_keys=True)}`" if run.get("options") else "")
             + f", env `{run['env']['id']}` `{json.dumps(run['env']['kwargs'], sort_keys=True)}`.", "",
             f"Held-out seeds {held[0]}..{held[1] - 1} ("
-            + ("training seeds are >= 1,000,000" if run["algorithm"] == "ppo" else
+            + ("training seeds are >= 1,000,000" if run["algorithm"] in ("ppo", "rft") else
                f"the demonstrations used seeds {seed_spans(used_seeds)}")
             + (f"; the fixed control was picked on seeds {tuning[0]}..{tuning[1] - 1}" if best else
                "; no fixed control: the env's action mask removes every control at some step, so none can be "
                "played alone")
-            + "). fp32, argmax for the scorers. Mean [95% bootstrap interval over seeds]."
+            + f"). {DTYPES[args.dtype]}, argmax for the scorers. Mean [95% bootstrap interval over seeds]."
             + (" A scorer's episode that came back to an observation it had seen was stopped there and counted to "
                "the time limit, repeating the loop's rewards (exact for this deterministic env and the memoryless "
                f"argmax scorer; {sum(e.get('end') == 'loop' for a in (*trained, 'zero-shot') for e in agents.get(a, ()))} "
@@ -356,7 +392,7 @@ def evaluate_play(folders: list[Path], summaries: list[dict], args, parser) -> N
             "| agent | return | success |", "|---|---|---|", *rows, "",
             "Paired return differences (same seeds resampled together): " + "; ".join(paired) + ".", "",
             curve_line,
-            f"Training seconds per update: {timing}.", "",
+            f"Training seconds per {unit}: {timing}.", "",
             f"![{caption}]({curve.removeprefix('docs/')})"]
     write_results(args.output_dir, f"train_{args.name}".replace("-", "_"), results, "\n".join(body), docs=args.docs)
     if args.docs and (folder / "learning_curve.png").exists():

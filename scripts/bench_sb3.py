@@ -22,41 +22,54 @@ ENVS = {"frozenlake-still": ("FrozenLake-v1", {"is_slippery": False}), "frozenla
         "taxi": ("Taxi-v4", {})}
 
 
-def make(name: str):
+MASKS = {"Taxi-v4": lambda e: e.unwrapped.action_mask(e.unwrapped.s)}  # envs whose candidates are masked
+
+
+def make(env_id: str, kwargs: dict):
+    """The env as SB3 sees it (no jetgym wrapper); an env in MASKS gets its action mask (MaskablePPO)."""
     import gymnasium as gym
 
-    env_id, kwargs = ENVS[name]
     env = gym.make(env_id, **kwargs)
-    if name == "taxi":
+    if env_id in MASKS:
         from sb3_contrib.common.wrappers import ActionMasker
 
-        env = ActionMasker(env, lambda e: e.unwrapped.action_mask(e.unwrapped.s))
+        env = ActionMasker(env, MASKS[env_id])
     return env
 
 
-def train(name: str, steps: int, seed: int):
-    if name == "taxi":
+def train(env_id: str, kwargs: dict, steps: int, seed: int):
+    """PPO with an MLP (MaskablePPO for an env in MASKS) trained for `steps` env steps."""
+    if env_id in MASKS:
         from sb3_contrib import MaskablePPO as Algorithm
     else:
         from stable_baselines3 import PPO as Algorithm
-    model = Algorithm("MlpPolicy", make(name), seed=seed, verbose=0, device="cpu")
+    model = Algorithm("MlpPolicy", make(env_id, kwargs), seed=seed, verbose=0, device="cpu")
     return model.learn(total_timesteps=steps)
 
 
-def evaluate(name: str, model, episodes: int) -> list[float]:
-    """Success per held-out seed (FrozenLake: the goal; Taxi: a delivery), greedy actions."""
-    env, wins = make(name), []
-    for seed in range(episodes):
+def play(env_id: str, kwargs: dict, model, seeds) -> list[dict]:
+    """One greedy episode per seed: its return, whether it terminated, the final reward and info's is_success."""
+    env, episodes = make(env_id, kwargs), []
+    for seed in seeds:
         observation, _ = env.reset(seed=seed)
-        done, reward = False, 0.0
+        done, total, info = False, 0.0, {}
         while not done:
-            kwargs = {"action_masks": env.action_masks()} if name == "taxi" else {}
-            action, _ = model.predict(observation, deterministic=True, **kwargs)
-            observation, reward, terminated, truncated, _ = env.step(int(action))
+            masks = {"action_masks": env.action_masks()} if env_id in MASKS else {}
+            action, _ = model.predict(observation, deterministic=True, **masks)
+            observation, reward, terminated, truncated, info = env.step(int(action))
+            total += float(reward)
             done = terminated or truncated
-        wins.append(float(reward > 0 if name != "taxi" else terminated))
+        episodes.append({"seed": seed, "return": total, "terminated": bool(terminated), "final_reward": float(reward),
+                         "is_success": info.get("is_success")})
     env.close()
-    return wins
+    return episodes
+
+
+def evaluate(name: str, model, episodes: int) -> list[float]:
+    """Success per held-out seed 0..episodes-1 (FrozenLake: the goal; Taxi: a delivery)."""
+    env_id, kwargs = ENVS[name]
+    return [float(e["terminated"] if name == "taxi" else e["final_reward"] > 0)
+            for e in play(env_id, kwargs, model, range(episodes))]
 
 
 def main(argv=None) -> None:
@@ -94,7 +107,7 @@ def run(args) -> dict:
         for steps in args.budgets:
             for seed in range(args.seeds):
                 begun = time.perf_counter()
-                model = train(name, steps, seed)
+                model = train(*ENVS[name], steps, seed)
                 seconds = time.perf_counter() - begun
                 wins = evaluate(name, model, args.episodes)
                 results["runs"].append({"env": name, "env_steps": steps, "seed": seed, "success": wins,

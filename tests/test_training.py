@@ -657,3 +657,33 @@ def test_bf16_autocast_is_refused_on_a_cpu_without_native_bf16(monkeypatch, tmp_
         to_config(compose("train", ["train.autocast=true", f"output_dir={tmp_path}"]))
     monkeypatch.setattr(config, "cpu_has_native_bf16", lambda: True)
     assert to_config(compose("train", ["train.autocast=true", f"output_dir={tmp_path}"])).train.autocast
+
+
+def test_learning_benchmark_reports_an_rft_run_beside_sb3_on_the_same_held_out_seeds(tiny_folder, tmp_path, capsys):
+    from jetgym.scripts import bench_sb3
+    from jetgym.scripts.bench_learning import main
+    from jetgym.scripts.config import compose
+    from jetgym.scripts.train import train
+
+    out = tmp_path / "rft"  # a 1x2 lake, 2 moves: the goal is one move right, so a group's returns differ
+    train(compose("train", [f"model.spec={tiny_folder}", *FROZEN_STILL, "+env.kwargs.desc=[SG]",
+                            "+env.kwargs.max_episode_steps=2", "algorithm=rft",
+                            "train.env_steps=40",
+                            "train.group=4", "train.seeds_per_round=2", "train.num_envs=2", "train.updates=1",
+                            "train.minibatch=2", "train.keep=top:0.5", f"output_dir={out}"]), progress=False)
+    main([str(out), "--name", "rft-tiny", "--episodes", "3", "--tuning-episodes", "1", "--sb3",
+          "--output-dir", str(tmp_path / "bench")])
+    results = json.loads((tmp_path / "bench" / "train_rft_tiny.json").read_text())
+    (sb3,) = [name for name in results["agents"] if name.startswith("SB3 PPO, MLP (")]
+    assert sb3 == "SB3 PPO, MLP (2048 env steps)"  # one whole SB3 rollout: it cannot stop at 40
+    direct = bench_sb3.play("FrozenLake-v1", results_env(out), bench_sb3.train("FrozenLake-v1", results_env(out), 40, 0),
+                            range(3))
+    assert results["agents"][sb3]["returns"] == [e["return"] for e in direct]
+    assert f"trained - {sb3}" in results["paired"] and results["training"][0]["rounds"] >= 1
+    text = capsys.readouterr().out
+    assert "on an rft run of 40 env steps" in text and "training seeds are >= 1,000,000" in text
+    assert "Training seconds per round" in text and " --sb3`" in text
+
+
+def results_env(run) -> dict:
+    return json.loads((run / "summary.json").read_text())["config"]["env"]["kwargs"]
