@@ -225,8 +225,16 @@ def _gold_counts(questions, kind) -> dict:
     return counts
 
 
+def without_nulls(value):
+    """`value` with its null settings left out (a setting added later reads as null in older runs' records)."""
+    if isinstance(value, dict):
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
+    return value
+
+
 def same_configuration(configs: list[dict]) -> str | None:
     """The first setting (other than the training seed) in which a run differs from the first one; None if none."""
+    configs = [without_nulls(config) for config in configs]
     for k, config in enumerate(configs[1:], 1):
         for key in sorted(set(config) | set(configs[0])):
             if key != "seed" and config.get(key) != configs[0].get(key):

@@ -687,3 +687,11 @@ def test_learning_benchmark_reports_an_rft_run_beside_sb3_on_the_same_held_out_s
 
 def results_env(run) -> dict:
     return json.loads((run / "summary.json").read_text())["config"]["env"]["kwargs"]
+
+
+def test_learning_benchmark_reads_a_setting_missing_from_an_older_run_as_null():
+    from jetgym.scripts.bench_learning import same_configuration
+
+    older, newer = {"env": {"id": "FrozenLake-v1"}, "seed": 0}, {"env": {"id": "FrozenLake-v1", "discretize": None}, "seed": 1}
+    assert same_configuration([older, newer]) is None
+    assert same_configuration([older, {"env": {"id": "FrozenLake-v1", "discretize": 3}}]) == "run 2 differs from run 1 in 'env'"
