@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from jetgym.runs import ranks as ranks_
-from jetgym.runs.folder import LOCK, append_jsonl, folder_lock, make_folder, read_jsonl, refuse_results, write_json, write_text
+from jetgym.runs.folder import (LOCK, append_jsonl, folder_lock, make_folder, read_jsonl, refuse_other_jobs,
+                                refuse_results, write_json, write_text)
 
 STEPS = "steps.jsonl"
 EPISODES = "episodes.jsonl"
@@ -51,7 +52,8 @@ def run_episodes(env: Any, agent: Any, output_dir: str | os.PathLike, *, episode
     before the first step (the console job writes `.hydra/` then).
 
     A folder that already holds episode results (logs, summary, report or GIFs) is refused, and so is a folder
-    another run is writing into (a lock): nothing is deleted or mixed."""
+    another kind of job wrote (QA, training; the message names it) or another run is writing into (a lock):
+    nothing is deleted or mixed."""
     if not output_dir:
         raise ValueError("run_episodes needs an output folder: set output_dir")
     if not isinstance(episodes, int) or episodes < 1:
@@ -60,6 +62,7 @@ def run_episodes(env: Any, agent: Any, output_dir: str | os.PathLike, *, episode
     ranks = ranks_.current()
     try:
         with folder_lock(out, "jetgym-episode", ranks.suffix(LOCK)):
+            refuse_other_jobs(out, "jetgym-episode")
             refuse_results(out, RESULTS, what="episode results")
             return _play(env, agent, out, episodes, seed, video, write_video, about, settings, gpu,
                          rank_timeout_s, quiet, ranks, on_start)

@@ -18,6 +18,8 @@ Every job (QA, episodes, training) uses these, and nothing else, to touch its re
   (a killed write) is cut off the file and not returned; a bad line before the end is an error naming its line.
 - `refuse_results(folder, patterns, *, what="results") -> None`: refuse a folder that already holds files
   matching `patterns` (another run's results), listing them.
+- `refuse_other_jobs(folder, job) -> None`: refuse a folder holding the files of another kind of job (`JOBS`),
+  naming that job.
 - `check_settings(path, settings, *, defaults=None) -> None`: refuse to resume a folder whose recorded settings
   (a JSON file, e.g. `run.json`) differ from `settings`, naming the dotted keys that differ; no file: nothing to check.
 
@@ -270,8 +272,30 @@ def refuse_results(folder: str | os.PathLike, patterns: Sequence[str], *, what: 
     folder = Path(folder)
     existing = [path.name for pattern in patterns for path in sorted(folder.glob(pattern)) if path.exists()]
     if existing:
-        shown = ", ".join(existing[:4]) + (f", ... ({len(existing)} files)" if len(existing) > 4 else "")
-        raise FileExistsError(f"{folder} already holds {what} ({shown}); choose a new output_dir (nothing was overwritten)")
+        raise FileExistsError(f"{folder} already holds {what} ({_shown(existing)}); choose a new output_dir (nothing "
+                              f"was overwritten)")
+
+
+JOBS = {  # job -> (what its folder holds, the files that only this job writes)
+    "jetgym-qa": ("QA results", ("responses*.jsonl", "run.json", "runs*.jsonl", "reliability.png")),
+    "jetgym-episode": ("episode results", ("steps*.jsonl", "episodes*.jsonl", "timings*.jsonl", "episode_*.gif")),
+    "jetgym-train": ("a training run", ("train.jsonl", "checkpoint.json", "checkpoint-*", "adapter", "learning_curve.png")),
+}
+
+
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:4]) + (f", ... ({len(names)} files)" if len(names) > 4 else "")
+
+
+def refuse_other_jobs(folder: str | os.PathLike, job: str) -> None:
+    """Refuse a folder that another kind of job wrote (its own files, `JOBS`): `job` would replace the shared
+    ones (summary.json, report.md, .hydra/) and mix its results with theirs."""
+    folder = Path(folder)
+    for other, (what, patterns) in JOBS.items():
+        found = [path.name for pattern in patterns for path in sorted(folder.glob(pattern))] if other != job else []
+        if found:
+            raise FileExistsError(f"{folder} holds {what} written by {other} ({_shown(found)}); {job} does not "
+                                  f"write into another job's folder: choose a new output_dir (nothing was overwritten)")
 
 
 def check_settings(path: str | os.PathLike, settings: dict, *, defaults: dict | None = None) -> None:

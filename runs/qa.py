@@ -7,7 +7,8 @@ Files in the folder: `responses.jsonl` (one strict-JSON object per question, sor
 questions), `run.json` (the settings a resumption must keep), `runs.jsonl` (one record per run: requests,
 skipped, wall seconds), `summary.json`, `report.md`, `reliability.png` (with matplotlib). Responses are appended
 per chunk (flushed and fsynced), so a killed run loses at most one chunk; calling `run_qa` again on the same
-folder resumes where it stopped. One run at a time per folder (a lock). Promises and their tests:
+folder resumes where it stopped. One run at a time per folder (a lock); a folder another kind of job wrote
+(episodes, training), or one holding a summary or report but no `run.json`, is refused. Promises and their tests:
 docs/reliability.md. Imports neither Hydra nor torch.
 """
 
@@ -28,7 +29,7 @@ from tqdm import tqdm
 from jetgym.runs import identity
 from jetgym.runs import ranks as ranks_
 from jetgym.runs.folder import (LOCK, append_jsonl, atomic_file, check_settings, folder_lock, make_folder,
-                                read_jsonl, write_json, write_text)
+                                read_jsonl, refuse_other_jobs, refuse_results, write_json, write_text)
 
 RESPONSES = "responses.jsonl"
 SUMMARY = "summary.json"
@@ -86,6 +87,9 @@ def run_qa(questions: Sequence[Any], scorer: Any, output_dir: str | os.PathLike,
     out = make_folder(output_dir)
     try:
         with folder_lock(out, "jetgym-qa", ranks.suffix(LOCK)):
+            refuse_other_jobs(out, "jetgym-qa")
+            if not (out / RUN).exists():  # a QA run writes run.json before anything else
+                refuse_results(out, (SUMMARY, REPORT), what=f"results but no {RUN}")
             return _run(questions, scorer, out, chunk_size, pipeline, on_error, settings, about or {}, reports,
                         started, gpu, rank_timeout_s, quiet, ranks, on_start)
     finally:

@@ -2,7 +2,8 @@
 
 compose -> build the scorer, the policy and the envs or questions -> `jetgym.training.run` -> print. The
 results folder holds train.jsonl, learning_curve.png, summary.json and adapter/ (`model.adapter=PATH` loads
-it in every job); a run killed and started again into the same folder continues from its last checkpoint.
+it in every job); a run killed and started again into the same folder continues from its last checkpoint. A
+folder that another kind of job wrote (QA, episodes) is refused, naming it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from jetgym.runs.folder import refuse_other_jobs
 from jetgym.scripts.build import build_agent, make_env
 from jetgym.scripts.cli import save_hydra_config, start, user_errors
 from jetgym.scripts.config import CONFIG_PATH, RELABELERS, TrainConfig, build_scorer, to_config
@@ -37,6 +39,7 @@ def train(cfg: Any, output_dir: str | None = None, progress: bool = True, on_sta
     out = output_dir or config.output_dir
     if not out:
         raise ValueError("jetgym-train needs an output folder: set output_dir")
+    refuse_other_jobs(out, "jetgym-train")  # before any model is loaded
     record = {"algorithm": config.algorithm, "seed": config.seed, "model": dataclasses.asdict(config.model),
               "scorer": dataclasses.asdict(config.scorer), "train": dataclasses.asdict(config.train),
               "placement": dataclasses.asdict(config.placement)}

@@ -252,3 +252,47 @@ def test_env_discretize_plays_a_box_action_env_with_the_given_texts(tmp_path):
 def test_bad_env_settings_are_one_line(tmp_path, override, message):
     done = job("episode", "env=frozenlake", "agent=random", override, f"output_dir={tmp_path / 'a'}")
     assert done.returncode == 2 and only_line(done) == f"jetgym-episode: {message}"
+
+
+def folder_bytes(folder: Path) -> dict:
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*"))
+            if path.is_file() and path.name != ".jetgym.lock"}
+
+
+def test_a_job_refuses_a_folder_another_kind_of_job_wrote_naming_that_job(tmp_path):
+    qa, episode, train = tmp_path / "qa", tmp_path / "episode", tmp_path / "train"
+    assert job("qa", *qa_args(tmp_path, qa)).returncode == 0
+    episode_args = ("env=taxi", "agent=random", "video=false", "+env.kwargs.max_episode_steps=3")
+    assert job("episode", *episode_args, f"output_dir={episode}").returncode == 0
+    train.mkdir()  # a training run under way: its log and checkpoint pointer
+    (train / "train.jsonl").write_text('{"update": 1}\n')
+    (train / "checkpoint.json").write_text('{"folder": "checkpoint-000001"}\n')
+    qa_files = ", ".join(path.name for path in (qa / "responses.jsonl", qa / "run.json", qa / "runs.jsonl",
+                                                qa / "reliability.png") if path.exists())
+    holds = {qa: f"QA results written by jetgym-qa ({qa_files})",
+             episode: "episode results written by jetgym-episode (steps.jsonl, episodes.jsonl, timings.jsonl)",
+             train: "a training run written by jetgym-train (train.jsonl, checkpoint.json)"}
+    runs = {"qa": lambda out: qa_args(tmp_path, out), "episode": lambda out: (*episode_args, f"output_dir={out}"),
+            "train": lambda out: (f"output_dir={out}",)}
+    before = {folder: folder_bytes(folder) for folder in holds}
+    for module, args in runs.items():
+        for folder, what in holds.items():
+            if folder.name == module:
+                continue
+            done = job(module, *args(folder))
+            assert done.returncode == 2, done.stderr
+            assert only_line(done) == (f"jetgym-{module}: {folder} holds {what}; jetgym-{module} does not write into "
+                                       f"another job's folder: choose a new output_dir (nothing was overwritten)")
+    for folder, files in before.items():  # the job's own log and lock file aside, nothing was written
+        assert {name: data for name, data in folder_bytes(folder).items() if name in files} == files
+
+
+def test_a_qa_run_refuses_a_summary_without_its_run_record(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "summary.json").write_text("{}\n")
+    done = job("qa", *qa_args(tmp_path, out))
+    assert done.returncode == 2
+    assert only_line(done) == (f"jetgym-qa: {out} already holds results but no run.json (summary.json); choose a new "
+                               f"output_dir (nothing was overwritten)")
+    assert folder_bytes(out) == {"qa.log": b"", "summary.json": b"{}\n"}
