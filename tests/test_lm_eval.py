@@ -265,6 +265,7 @@ def test_cli_runs_offline_with_cache_limit_fewshot_and_samples(tiny, tmp_path):
     runs = [subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path) for _ in range(2)]
     for run in runs:
         assert run.returncode == 0, run.stderr[-3000:]
+        assert "fatal:" not in run.stderr  # lm-eval asks git for the commit of a folder that is no repository
     assert "acc" in runs[0].stdout and runs[0].stdout.split("|acc")[1] == runs[1].stdout.split("|acc")[1]
     assert "Cached requests: 12, Requests remaining: 0" in runs[1].stderr
     assert list((tmp_path / "out").rglob("samples_jetgym_mmlu285_cloze_*.jsonl"))
@@ -301,3 +302,40 @@ def test_two_ranks_under_torchrun_give_the_one_process_metrics(tiny, tmp_path):
     one, two = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("one", "two"))
     for metric in ("acc,none", "acc_norm,none", "acc_mutual_info,none"):
         assert two[metric] == one[metric]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model_args", "model=/nope/model", "--tasks", "jetgym_mmlu285_cloze"],
+     "model folder '/nope/model' does not exist (resolved to /nope/model); check the path, or write a hub id as "
+     "owner/name"),
+    (["--model_args", "adapter=/nope/adapter", "--tasks", "jetgym_mmlu285_cloze"],
+     "adapter folder '/nope/adapter' does not exist: pass the `adapter/` folder a jetgym-train run wrote "
+     "(output_dir/adapter)"),
+    (["--tasks", "no_such_task"],
+     "Tasks not found: no_such_task; `jetgym-lm-eval ls tasks` lists the tasks it knows (jetgym's offline tasks "
+     "included)"),
+], ids=["model", "adapter", "task"])
+def test_cli_user_errors_are_one_line(tmp_path, args, message):
+    command = [str(Path(sys.executable).with_name("jetgym-lm-eval")), "--model", "jetgym", *args, "--limit", "1"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "0"})
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    assert done.stderr.splitlines()[-1] == f"jetgym-lm-eval: {message}"
+
+
+def test_the_git_commit_is_recorded_without_gits_stderr(tmp_path, monkeypatch, capfd):
+    import lm_eval.evaluator as evaluator
+
+    from jetgym.integrations.cli import git_commit, quiet_git
+
+    monkeypatch.chdir(tmp_path)  # not a git repository
+    original = evaluator.get_git_commit_hash
+    with quiet_git():
+        assert evaluator.get_git_commit_hash is git_commit
+        assert evaluator.get_git_commit_hash() is None
+    assert evaluator.get_git_commit_hash is original
+    assert capfd.readouterr().err == ""
+    monkeypatch.chdir(ROOT)
+    with quiet_git():
+        assert evaluator.get_git_commit_hash() == original()
