@@ -110,13 +110,16 @@ def _check_ids(questions: list) -> None:
 
 
 def _refuse_single_choice(questions: list) -> None:
-    """A question with one distinct candidate text cannot be answered wrong: it would inflate accuracy."""
+    """A question with one distinct candidate text (one choice, or one text repeated) cannot be answered wrong: it
+    would inflate accuracy."""
     for question in questions:
         candidates = getattr(question, "candidates", None)
-        if candidates is not None and len(set(candidates)) < 2:
-            raise ValueError(f"{where(question)} has a single choice {candidates[0]!r}: it is always chosen, so always "
-                             f"graded correct; give it at least two different choices, or set allow_single_choice=true "
-                             f"to score it anyway")
+        if candidates is None or len(set(candidates)) >= 2:
+            continue
+        what = (f"a single choice {candidates[0]!r}" if len(candidates) == 1 else
+                f"{len(candidates)} identical choices, each {candidates[0]!r} (the same text repeated)")
+        raise ValueError(f"{where(question)} has {what}: it is always chosen, so always graded correct; give it at "
+                         f"least two different choices, or set allow_single_choice=true to score it anyway")
 
 
 def _is_factory(scorer: Any) -> bool:

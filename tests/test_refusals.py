@@ -59,8 +59,11 @@ def test_a_single_choice_question_is_refused_by_run_qa_unless_allowed(tmp_path, 
         runner.run_qa(questions, make_scorer("fake"), tmp_path / "out", quiet=True)
     assert not (tmp_path / "out" / "run.json").exists() and fake_scorer.calls == 0
     same_text = [Question(context="q", candidates=["a", "a"], gold=0, id="twice")]
-    with pytest.raises(ValueError, match="question 'twice' has a single choice 'a'"):
+    with pytest.raises(ValueError) as caught:
         runner.run_qa(same_text, make_scorer("fake"), tmp_path / "out", quiet=True)
+    assert str(caught.value) == ("question 'twice' has 2 identical choices, each 'a' (the same text repeated): it is "
+                                 "always chosen, so always graded correct; give it at least two different choices, or "
+                                 "set allow_single_choice=true to score it anyway")
     summary = runner.run_qa(questions, make_scorer("fake"), tmp_path / "out", quiet=True, allow_single_choice=True)
     assert summary["graded"] == 2
 
