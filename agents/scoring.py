@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections import deque
 from typing import Any, Callable, Literal, Sequence
 
@@ -19,6 +20,7 @@ Perception = Literal["none", "describe"]
 Policy = Literal["argmax", "sample"]
 PERCEPTIONS = ("none", "describe")
 POLICIES = ("argmax", "sample")
+MANY_CANDIDATES = 64  # more in one question: every decision scores them all, a warning says so (once per agent)
 
 
 def check_agent_options(perception: str, policy: str, memory: int, temperature: float, prefix: str = "") -> None:
@@ -49,6 +51,9 @@ class ScorerAgent:
     observation as the question's image (vision-language models only); env / observation_space: where the
     describer reads the space (and env-provided describers, names and maps) from; without either, the space
     is inferred from the first observation.
+
+    A question with more than `MANY_CANDIDATES` candidates (a text game admitting hundreds of commands) warns
+    once per agent: every decision scores all of them.
     """
 
     def __init__(self, scorer, task: str | None = None, memory: int = 0, describer: str | Callable = "auto",
@@ -71,6 +76,7 @@ class ScorerAgent:
         self.describer = None if space is None and not callable(describer) else self._build(space)
         self.recent: dict[int, deque[str]] = {}
         self.rngs: dict[int, np.random.Generator] = {}
+        self.warned_many = False
 
     def _build(self, space):
         return make_describer(self._spec, space, self._env, self.perception, self.digits)
@@ -94,6 +100,13 @@ class ScorerAgent:
         else:
             text = question_text(self.task, observed, recent, candidates.texts, self.memory)
         images = _images(observation) if self.screenshot else ()
+        if len(candidates.texts) > MANY_CANDIDATES and not self.warned_many:
+            self.warned_many = True
+            warnings.warn(f"a question with {len(candidates.texts)} candidates (more than {MANY_CANDIDATES}): every "
+                          f"decision scores all of them (with hundreds, tens of seconds a decision on a CPU); to go "
+                          f"faster, play an env that admits fewer actions (a text game with fewer rooms and "
+                          f"objects), place the model on a GPU (placement.device=cuda) or use a smaller model "
+                          f"(model.spec)", stacklevel=2)
         return Question(context=text, candidates=candidates.texts, labels=candidates.labels, images=images)
 
     def record(self, text: str, slot: int = 0) -> None:

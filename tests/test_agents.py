@@ -208,6 +208,26 @@ def test_sampling_is_seeded(fake_scorer):
     assert act.index == int(np.argmax(act.probs)) and act.action == act.index
 
 
+
+def test_a_question_with_many_candidates_warns_once(fake_scorer):
+    import warnings
+
+    def commands(texts):
+        return CandidateSet(texts, texts, texts)
+
+    agent = make_agent("scorer", scorer=make_scorer("fake"), task="T", describer=lambda o: f"room {o}")
+    agent.reset(0)
+    many = commands(tuple(f"take coin {k}" for k in range(300)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        agent.act(0, commands(tuple(f"go {k}" for k in range(64))))  # at the bound: no warning
+        agent.act(1, many)
+        agent.act_many([2, 3], [many, many])
+    assert [str(w.message) for w in caught if "candidates" in str(w.message)] == [
+        "a question with 300 candidates (more than 64): every decision scores all of them (with hundreds, tens of "
+        "seconds a decision on a CPU); to go faster, play an env that admits fewer actions (a text game with fewer "
+        "rooms and objects), place the model on a GPU (placement.device=cuda) or use a smaller model (model.spec)"]
+
 @pytest.mark.parametrize(
     "options,message",
     [({"perception": "vision"}, "unknown perception 'vision'"), ({"policy": "greedy"}, "unknown policy 'greedy'"),
