@@ -10,6 +10,8 @@ from jetgym.envs.vizdoom.expert import DoomExpert
 from .base import AGENTS, Act, AgentBase
 from .describers import env_family, representative
 
+EXPERT_ENVS = "ViZDoom, Taxi, FrozenLake and BabyAI"  # the envs the scripted agent plays
+
 
 def _act(candidates, index: int) -> Act:
     return Act(index, candidates.actions[index], candidates.labels[index], candidates.texts[index])
@@ -62,7 +64,7 @@ class ScriptedAgent(AgentBase):
     destination, `drop off`; ties go to the earliest of south, north, east, west. FrozenLake (`env` given): the
     move that maximizes the chance of reaching the goal (`FrozenLakePlan`). BabyAI (`env` given; a vector env
     must be `sync`): MiniGrid's BabyAI bot on each slot's sub-env (`jetgym.envs.minigrid.BabyAIExpert`).
-    Deterministic."""
+    Deterministic. `ScriptedAgent.plays(env)`: whether it has an expert for `env`."""
 
     def __init__(self, env=None, aim: str = "turn"):
         self.aim = aim
@@ -72,6 +74,18 @@ class ScriptedAgent(AgentBase):
         self.plan = plans[family](env) if family in plans else None
         self.minigrid = sub_envs(env) if family.startswith("BabyAI") else None  # the bot reads BabyAI missions
         self.bots: dict[int, BabyAIExpert] = {}
+
+    @staticmethod
+    def plays(env) -> bool:
+        """Whether there is an expert for `env`: ViZDoom (observations with `screen` and `status`), Taxi,
+        FrozenLake or BabyAI (a single or vector env)."""
+        from gymnasium import spaces
+
+        family = env_family(env)
+        if family in ("Taxi", "FrozenLake") or family.startswith("BabyAI"):
+            return True
+        space = getattr(env, "single_observation_space", None) or getattr(env, "observation_space", None)
+        return isinstance(space, spaces.Dict) and {"screen", "status"} <= set(space.spaces)
 
     def reset(self, seed: int | None = None, slot: int = 0) -> None:
         self.doom[slot] = DoomExpert(self.aim)
@@ -86,9 +100,8 @@ class ScriptedAgent(AgentBase):
                 self.bots[slot] = BabyAIExpert(self.minigrid[slot])
             return _act(candidates, list(candidates.actions).index(self.bots[slot].action()))
         if not (isinstance(observation, dict) and {"screen", "status"} <= set(observation)):
-            raise ValueError("the scripted agent plays ViZDoom, Taxi, FrozenLake and BabyAI only (observation['screen'] "
-                             "and ['status'], or a Taxi, FrozenLake or BabyAI env); use agent=scorer or agent=random on "
-                             "other envs")
+            raise ValueError(f"the scripted agent plays {EXPERT_ENVS} only (observation['screen'] and ['status'], "
+                             f"or a Taxi, FrozenLake or BabyAI env); use agent=scorer or agent=random on other envs")
         if slot not in self.doom:
             self.doom[slot] = DoomExpert(self.aim)
         label = self.doom[slot].label(observation)

@@ -103,12 +103,16 @@ def _demonstrations(config: TrainConfig, single: TrainConfig, policy) -> list:
     """The behaviour-cloning questions: `train.demonstrations` replayed in the configured env (gold: the
     recorded actions, or with `train.relabel` the scripted expert's)."""
     from jetgym.agents import make_agent
+    from jetgym.agents.baselines import EXPERT_ENVS, ScriptedAgent
     from jetgym.training.cloning import cloning_questions
 
     env = make_env(single)
     try:
-        agent, _ = build_agent(single, scorer=policy.scorer, env=env)
         relabel = config.train.relabel
+        if relabel is not None and not ScriptedAgent.plays(env):
+            raise ValueError(f"train.relabel={relabel} relabels with the scripted expert, which plays {EXPERT_ENVS} "
+                             f"envs only, not {config.env.id}: leave train.relabel unset to clone the recorded actions")
+        agent, _ = build_agent(single, scorer=policy.scorer, env=env)
         expert = None if relabel is None else make_agent("scripted", env=env, aim=RELABELERS[relabel])
         return cloning_questions(config.train.demonstrations, env, agent, min_return=config.train.min_return,
                                  expert=expert)

@@ -474,6 +474,28 @@ def test_dagger_relabels_the_replayed_steps_with_the_expert(tiny_folder, tmp_pat
             to_config(compose("train", [override, *extra, f"output_dir={tmp_path / 'x'}"]))
 
 
+
+def test_relabel_on_an_env_without_an_expert_names_train_relabel(tiny_folder, tmp_path):
+    from jetgym.scripts.config import compose, to_config
+    from jetgym.scripts.train import train
+
+    grid = ("env=minigrid_empty_5x5", "+env.kwargs.max_episode_steps=4")  # MiniGrid: no scripted expert
+    recorded_steps(tiny_folder, tmp_path / "play", "episodes=1", env=grid)
+    config = compose("train", [f"model.spec={tiny_folder}", *grid, "algorithm=bc", "train.relabel=scripted",
+                               f"train.demonstrations={tmp_path / 'play' / 'steps.jsonl'}", f"output_dir={tmp_path / 'bc'}"])
+    with pytest.raises(ValueError) as caught:
+        train(config, progress=False)
+    assert str(caught.value) == ("train.relabel=scripted relabels with the scripted expert, which plays ViZDoom, Taxi, "
+                                 "FrozenLake and BabyAI envs only, not minigrid:MiniGrid-Empty-5x5-v0: leave "
+                                 "train.relabel unset to clone the recorded actions")
+    from jetgym.agents.baselines import ScriptedAgent
+    from jetgym.scripts.build import make_env
+
+    for env, plays in (("taxi", True), ("frozenlake", True), ("babyai_goto_obj", True), ("minigrid_empty_5x5", False)):
+        made = make_env(to_config(compose("episode", [f"env={env}"])))
+        assert ScriptedAgent.plays(made) is plays, env
+        made.close()
+
 def test_scripted_taxi_driver_takes_a_shortest_route():
     """Its episode lengths equal a breadth-first search over the env's own transition table (`P`)."""
     from collections import deque
