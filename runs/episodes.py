@@ -76,7 +76,7 @@ def _play(env: Any, agent: Any, out: Path, episodes: int, seed: int, video: bool
     """Under torchrun, rank R plays the episodes n with n % WORLD_SIZE == R (seed + n, as one process would) into
     its own files; rank 0 merges them in episode order once every rank is done."""
     from jetgym.agents import rollout
-    from jetgym.runs.video import annotate, end_lines, step_lines, write_gif
+    from jetgym.runs.video import annotate, end_lines, offscreen, step_lines, write_gif
 
     write_video = write_video or write_gif
     owned = callable(env) and not hasattr(env, "reset")
@@ -118,7 +118,8 @@ def _play(env: Any, agent: Any, out: Path, episodes: int, seed: int, video: bool
         agent = agent if hasattr(agent, "act") else agent(env)
         if ranks.rank == 0 and on_start is not None:
             on_start(out)
-        played = rollout(env, agent, episodes, seed, on_step, on_end, progress=not quiet, numbers=numbers)
+        with offscreen(env):  # frames drawn without a display: no XDG_RUNTIME_DIR line on stderr
+            played = rollout(env, agent, episodes, seed, on_step, on_end, progress=not quiet, numbers=numbers)
         described = {**_about(env, agent), **(about or {})}
     finally:
         if owned:

@@ -1,10 +1,13 @@
 """Annotated episode videos: each frame is the screen (upscaled 2x) with the chosen control and the top
-probabilities drawn in a panel below it. Written as GIF with Pillow (no ffmpeg needed)."""
+probabilities drawn in a panel below it. Written as GIF with Pillow (no ffmpeg needed). `offscreen(env)`: the
+frames of an `rgb_array` env rendered without a display or sound device (SDL's dummy drivers)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -12,6 +15,24 @@ from jetgym.runs.folder import atomic_file
 
 PANEL = 40
 TOP = 3
+OFFSCREEN = {"SDL_VIDEODRIVER": "dummy", "SDL_AUDIODRIVER": "dummy"}
+
+
+@contextlib.contextmanager
+def offscreen(env: Any) -> Iterator[None]:
+    """While the block runs, an `rgb_array` env that draws with SDL (pygame: Taxi, FrozenLake, ...) gets SDL's
+    dummy video and audio drivers, so it opens no display and prints no `XDG_RUNTIME_DIR is invalid or not set`
+    or ALSA line on stderr. A driver the user chose is kept; the variables are removed again afterwards."""
+    if getattr(env, "render_mode", None) != "rgb_array":
+        yield
+        return
+    added = [name for name in OFFSCREEN if name not in os.environ]
+    os.environ.update({name: OFFSCREEN[name] for name in added})
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
 
 
 def annotate(screen: np.ndarray, lines: Sequence[str], scale: int = 2) -> np.ndarray:

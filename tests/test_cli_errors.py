@@ -24,12 +24,13 @@ TESTS = Path(__file__).resolve().parent
 
 def job(module: str, *args: str, env: dict | None = None, fail: bool = False) -> subprocess.CompletedProcess:
     """Run `jetgym.scripts.<module>.main()` in a fresh process with the tests' fake scorer registered (and
-    failing on its first question with `fail`, a programming error)."""
+    failing on its first question with `fail`, a programming error). env: variables to set (None: unset)."""
     code = (f"import sys; sys.path.insert(0, {str(TESTS)!r}); import conftest\n"
             + ("conftest.FakeScorer.fail_after = 0\n" if fail else "")
             + f"from jetgym.scripts.{module} import main\nsys.argv = ['jetgym-{module}', *sys.argv[1:]]\nmain()\n")
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "HYDRA_FULL_ERROR": "0", **(env or {})})
+                          env={key: value for key, value in {**os.environ, "HYDRA_FULL_ERROR": "0", **(env or {})}.items()
+                               if value is not None})
 
 
 def question_file(tmp_path) -> Path:
@@ -296,3 +297,12 @@ def test_a_qa_run_refuses_a_summary_without_its_run_record(tmp_path):
     assert only_line(done) == (f"jetgym-qa: {out} already holds results but no run.json (summary.json); choose a new "
                                f"output_dir (nothing was overwritten)")
     assert folder_bytes(out) == {"qa.log": b"", "summary.json": b"{}\n"}
+
+
+def test_an_episode_with_a_gif_prints_no_display_complaint(tmp_path):
+    out = tmp_path / "out"
+    done = job("episode", "env=taxi", "agent=random", "+env.kwargs.max_episode_steps=3", f"output_dir={out}",
+               env={"XDG_RUNTIME_DIR": None, "SDL_VIDEODRIVER": None, "SDL_AUDIODRIVER": None})
+    assert done.returncode == 0, done.stderr
+    assert (out / "episode_000.gif").stat().st_size > 0
+    assert "XDG_RUNTIME_DIR" not in done.stderr and "ALSA" not in done.stderr and "error:" not in done.stderr
