@@ -327,7 +327,7 @@ def test_cli_user_errors_are_one_line(tmp_path, args, message):
 def test_the_git_commit_is_recorded_without_gits_stderr(tmp_path, monkeypatch, capfd):
     import lm_eval.evaluator as evaluator
 
-    from jetgym.integrations.cli import git_commit, quiet_git
+    from jetgym.scripts.lm_eval_cli import git_commit, quiet_git
 
     monkeypatch.chdir(tmp_path)  # not a git repository
     original = evaluator.get_git_commit_hash
