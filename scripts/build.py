@@ -59,7 +59,7 @@ def _env_parameters(env_id: str) -> list[str]:
 
     names = [n for n, p in inspect.signature(_env_creator(env_id)).parameters.items()
              if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    return names + ["max_episode_steps", "render_mode"]
+    return list(dict.fromkeys(names + ["max_episode_steps", "render_mode"]))
 
 
 def _env_creator(env_id: str):

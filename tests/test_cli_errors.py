@@ -247,8 +247,8 @@ def test_env_discretize_plays_a_box_action_env_with_the_given_texts(tmp_path):
 @pytest.mark.parametrize("override, message", [
     ("env.discretize=1", "env.discretize must be null or a number of bins >= 2, got 1"),
     ("+env.kwargs.slipery=false", "env.kwargs: FrozenLake-v1 does not take 'slipery' (it takes render_mode, desc, "
-                                  "map_name, is_slippery, success_rate, reward_schedule, max_episode_steps, "
-                                  "render_mode); remove it or fix its name"),
+                                  "map_name, is_slippery, success_rate, reward_schedule, max_episode_steps); "
+                                  "remove it or fix its name"),
 ])
 def test_bad_env_settings_are_one_line(tmp_path, override, message):
     done = job("episode", "env=frozenlake", "agent=random", override, f"output_dir={tmp_path / 'a'}")
