@@ -88,7 +88,7 @@ def run_qa(questions: Sequence[Any], scorer: Any, output_dir: str | os.PathLike,
     try:
         with folder_lock(out, "jetgym-qa", ranks.suffix(LOCK)):
             refuse_other_jobs(out, "jetgym-qa")
-            if not (out / RUN).exists():  # a QA run writes run.json before anything else
+            if not (out / RUN).exists() and not any(out.glob("responses*.jsonl")):  # responses: _run names them
                 refuse_results(out, (SUMMARY, REPORT), what=f"results but no {RUN}")
             return _run(questions, scorer, out, chunk_size, pipeline, on_error, settings, about or {}, reports,
                         started, gpu, rank_timeout_s, quiet, ranks, on_start)
