@@ -107,6 +107,15 @@ def test_aggregated_ppo_terms_give_the_plain_loss_and_gradient():
     assert all(torch.allclose(x, y, atol=1e-5) for x, y in zip(grads_a, grads_p))
 
 
+def test_a_round_reports_its_steps_as_they_are_played_and_stops_at_the_budget():
+    policy, envs, agent = bandit_run()
+    options = RFTOptions(group=2, seeds_per_round=3, num_envs=2)
+    reported = []
+    played = rft.play_round(envs, agent, policy.scorer, [1, 2, 3], options, 1.0, 0, budget=5, on_steps=reported.append)
+    assert sum(len(e.rewards) for e in played) == sum(reported) == 5
+    assert reported == [2, 2, 1]  # one call per batch of decisions (two envs), the last cut by the budget
+
+
 def test_keep_rules_select_within_each_group():
     def group(seed, returns, successes=None):
         return [rft.Played(seed, m, rewards=[r], success=bool(successes and successes[m])) for m, r in enumerate(returns)]

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -64,10 +64,11 @@ def explore_of(member: int, options: RFTOptions) -> float:
 
 
 def play_round(envs: Sequence[Any], agent, scorer, seeds: Sequence[int], options: RFTOptions, temperature: float,
-               episode_seed: int, budget: int | None = None) -> list[Played]:
+               episode_seed: int, budget: int | None = None,
+               on_steps: Callable[[int], None] | None = None) -> list[Played]:
     """`options.group` episodes of every seed, played `len(envs)` at a time; in (seed, member) order. `budget`:
     the most env steps to play; when it runs out, the episodes under way end there (cut, as by a time limit) and
-    the ones not begun are left out."""
+    the ones not begun are left out. `on_steps(n)`: called after each batch of decisions with its env steps."""
     todo = [(s, m) for s in seeds for m in range(options.group)]
     played = [Played(s, m) for s, m in todo]
     slots: list[dict | None] = [None] * len(envs)
@@ -91,6 +92,7 @@ def play_round(envs: Sequence[Any], agent, scorer, seeds: Sequence[int], options
     while any(slot is not None for slot in slots) and (budget is None or steps < budget):
         active = [k for k, slot in enumerate(slots) if slot is not None]
         questions = [agent.question(slots[k]["observation"], slots[k]["candidates"], k) for k in active]
+        before = steps
         for k, question, decision in zip(active, questions, scorer.decide_many(questions)):
             if budget is not None and steps >= budget:
                 break
@@ -109,6 +111,8 @@ def play_round(envs: Sequence[Any], agent, scorer, seeds: Sequence[int], options
                 start(k)
             else:
                 slot["observation"], slot["candidates"] = observation, info["candidates"]
+        if on_steps is not None:
+            on_steps(steps - before)
     return [episode for episode in played if episode.decisions]
 
 
