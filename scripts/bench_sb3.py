@@ -26,10 +26,15 @@ MASKS = {"Taxi-v4": lambda e: e.unwrapped.action_mask(e.unwrapped.s)}  # envs wh
 
 
 def make(env_id: str, kwargs: dict):
-    """The env as SB3 sees it (no jetgym wrapper); an env in MASKS gets its action mask (MaskablePPO)."""
+    """The env as SB3 sees it (no jetgym wrapper); an env in MASKS gets its action mask (MaskablePPO), a MiniGrid
+    env only its image observation."""
     import gymnasium as gym
 
     env = gym.make(env_id, **kwargs)
+    if "MiniGrid-" in env_id or "BabyAI-" in env_id:  # the MLP sees the 7x7 view (the mission is text)
+        from minigrid.wrappers import ImgObsWrapper
+
+        env = ImgObsWrapper(env)
     if env_id in MASKS:
         from sb3_contrib.common.wrappers import ActionMasker
 
