@@ -149,6 +149,34 @@ def test_the_pool_keeps_one_action_per_question_the_one_with_the_best_continuati
     assert rft.Pool(3, pool.rows()).rows() == pool.rows()
 
 
+def test_step_groups_keep_the_action_of_best_mean_return_at_each_recurring_question():
+    def at(room, gold):
+        return Question(context=f"at {room}", candidates=["x", "y"], gold=gold)
+
+    played = [rft.Played(0, 0, decisions=[at("A", 0), at("B", 1)], rewards=[0, 1]),
+              rft.Played(0, 1, decisions=[at("A", 1), at("B", 0)], rewards=[0, 0]),
+              rft.Played(1, 0, decisions=[at("A", 0), at("C", 0)], rewards=[1, 0])]
+    kept = rft.step_groups(played)  # A: action 0 (mean 1) beats A's mean 2/3; B: 1 beats 0; C: one action only
+    assert [(k.decision.context, k.decision.gold, k.return_to_go, k.steps_to_go) for k in kept] == \
+        [("at A", 0, 1.0, 2), ("at B", 1, 1.0, 1)]
+    assert rft.step_groups([rft.Played(0, 0, decisions=[at("D", 0)], rewards=[0]),
+                            rft.Played(0, 1, decisions=[at("D", 1)], rewards=[0])]) == []  # no action is better
+
+
+def test_step_group_advantages_learn_where_no_episode_is_kept(tmp_path):
+    """Penalty has no success, so keep=success keeps no episode; its one state compares the two actions."""
+    policy = Policy(tiny_scorer(), LoraOptions(lora_rank=4, lora_alpha=8), seed=0)
+    envs = [CandidateActions(Penalty(), texts=["go west", "go east"]) for _ in range(2)]
+    agent = make_agent("scorer", scorer=policy.scorer, task="Choose.", describer=lambda o: "here", policy="sample")
+    before = p_east(policy)
+    options = RFTOptions(group=4, seeds_per_round=2, num_envs=2, updates=4, minibatch=4, learning_rate=0.02,
+                         keep="success", advantage="step-group")
+    summary = run_rft(policy, envs, agent, options, tmp_path, env_steps=48, progress=False)
+    assert p_east(policy) > 0.9 > before + 0.2, (before, p_east(policy))
+    assert summary["kept_episodes"] == 0
+    assert [r["step_group_decisions"] for r in rows_of(tmp_path)][:1] == [1] and rows_of(tmp_path)[-1]["pool"] == 1
+
+
 def test_rft_learns_the_rewarded_action(tmp_path):
     policy, envs, agent = bandit_run()
     before = p_east(policy)
@@ -186,6 +214,8 @@ def test_rft_bad_inputs_name_the_field(tmp_path):
         RFTOptions(group=0)
     with pytest.raises(ValueError, match=r"train.explore must be in \[0, 1\], got 2"):
         RFTOptions(explore=2)
+    with pytest.raises(ValueError, match="train.advantage must be one of episode, step-group, got 'steps'"):
+        RFTOptions(advantage="steps")
     policy = Policy(tiny_scorer(), LoraOptions(lora_rank=2), seed=0)
     envs = [CandidateActions(Penalty(), texts=["a", "b"])]
     agent = make_agent("scorer", scorer=policy.scorer, task="Choose.", describer=lambda o: "here", policy="sample")

@@ -84,14 +84,17 @@ class SFTOptions:
 class RFTOptions:
     """Reward-filtered self-imitation (`jetgym.training.rft`): rounds of `group` episodes from each of
     `seeds_per_round` seeds on `num_envs` envs at a time; `keep` (`auto`, `success` or `top:F`); `explore`: the
-    largest uniform mixture of a group's episodes; `replay`: the most kept decisions cloned; `updates`: optimizer
-    steps per round, on minibatches of `minibatch` decisions drawn in shuffled passes over them."""
+    largest uniform mixture of a group's episodes; `advantage`: `episode` (clone the kept episodes) or
+    `step-group` (also clone, at each question the round visited with several actions, the action of best mean
+    return to go when it beats the question's mean); `replay`: the most kept decisions cloned; `updates`:
+    optimizer steps per round, on minibatches of `minibatch` decisions drawn in shuffled passes over them."""
 
     group: int = 4
     seeds_per_round: int = 8
     num_envs: int = 8
     keep: str = "auto"
     explore: float = 1.0
+    advantage: str = "episode"
     replay: int = 512
     updates: int = 16
     minibatch: int = 8
@@ -105,6 +108,11 @@ class RFTOptions:
         _check(self, ("explore",), lambda v: 0 <= v <= 1, "in [0, 1]")
         _check(self, ("learning_rate", "max_grad_norm"), lambda v: v > 0, "> 0")
         check_keep(self.keep)
+        if self.advantage not in ADVANTAGES:
+            raise ValueError(f"train.advantage must be one of {', '.join(ADVANTAGES)}, got {self.advantage!r}")
+
+
+ADVANTAGES = ("episode", "step-group")  # RFTOptions.advantage
 
 
 def check_keep(keep: str) -> None:

@@ -17,6 +17,10 @@ A round:
    steps), so the pool holds one action per question and no loops between them; and clones the pool (`sft.gold_nll` over the candidates) with `updates` optimizer steps on minibatches of
    `minibatch` decisions. The pool keeps the `replay` most recent distinct decisions, so earlier rounds'
    successes are trained on again.
+With `advantage=step-group` (step-level group advantages, GiGPO's at the action level), step 3 also adds, at
+every question the round visited with more than one action, the action of best mean return to go when it beats
+the question's mean (`step_groups`): a state that recurs across episodes compares its actions directly, even in
+episodes that were not kept.
 Rounds go on until `env_steps` env steps have been played (the last round is cut there: in one process the
 budget is exact).
 """
@@ -169,6 +173,30 @@ def loop_erased(episode: Played) -> list[Kept]:
     return list(last.values())
 
 
+def step_groups(played: Sequence[Played]) -> list[Kept]:
+    """Step-level group advantages (`advantage=step-group`): every visit of a question in the round's episodes is
+    one sample of its action's return to go; at a question visited with more than one action, the action of best
+    mean return to go (then fewest mean steps to go) is kept when its mean beats the question's mean over every
+    visit (a positive advantage), with those means as its continuation."""
+    visits: dict[bytes, dict[int, list[tuple[float, int, Question]]]] = {}
+    for episode in played:
+        for t, decision in enumerate(episode.decisions):
+            actions = visits.setdefault(state_key(decision), {})
+            actions.setdefault(int(decision.gold), []).append(
+                (float(sum(episode.rewards[t:])), len(episode.decisions) - t, decision))
+    kept = []
+    for actions in visits.values():
+        if len(actions) < 2:
+            continue
+        samples = [g for taken in actions.values() for g, _, _ in taken]
+        means = {a: (sum(g for g, _, _ in taken) / len(taken), -sum(n for _, n, _ in taken) / len(taken))
+                 for a, taken in actions.items()}
+        best = max(means, key=lambda a: means[a])
+        if means[best][0] > sum(samples) / len(samples):
+            kept.append(Kept(actions[best][-1][2], means[best][0], round(-means[best][1])))
+    return kept
+
+
 def state_key(decision: Question) -> bytes:
     """The key of a decision's question, whatever action was taken."""
     return question_key(Question(context=decision.context, candidates=decision.candidates, labels=decision.labels,
@@ -179,8 +207,9 @@ class Pool:
     """The kept decisions cloned each round: one action per distinct question, the `size` most recently kept.
 
     A question kept again takes the new action when its continuation is at least as good (`Kept.better_than`).
-    So the cloned actions never form a loop in a deterministic env: each one's best kept continuation is
-    shorter than that of the question it came from."""
+    So the cloned actions of kept episodes never form a loop in a deterministic env: each one's best kept
+    continuation is shorter than that of the question it came from (step-group decisions, means over visits,
+    carry no such guarantee)."""
 
     def __init__(self, size: int, rows: Sequence[dict] = ()):
         self.size = size

@@ -311,7 +311,8 @@ def run_rft(policy, envs: Sequence[Any], agent, options: RFTOptions, output_dir:
             counts = memo_counts(policy)
             collected = time.monotonic()
             kept = rft.kept_episodes(played, options.keep)
-            new = pool.add(d for e in kept for d in rft.loop_erased(e))
+            stepped = rft.step_groups(played) if options.advantage == "step-group" else []
+            new = pool.add([d for e in kept for d in rft.loop_erased(e)] + stepped)
             rate = set_learning_rate(optimizer, learning_rate_at(options, steps, env_steps))
             losses = [sft_step(policy, optimizer, batch, options, autocast, shards)
                       for batch in _minibatches(pool.questions(), options, generator)]
@@ -325,7 +326,8 @@ def run_rft(policy, envs: Sequence[Any], agent, options: RFTOptions, output_dir:
             seen["success_signal"] = seen["success_signal"] or any(e.success for e in played)
             row = {"update": done, "round": done, "env_steps": steps, "episodes": len(played),
                    "mean_return": sum(returns) / len(returns), "success_rate": sum(e.success for e in played) / len(played),
-                   "best_return": max(returns), "kept_episodes": len(kept), "new_decisions": new, "pool": len(pool.items),
+                   "best_return": max(returns), "kept_episodes": len(kept), "step_group_decisions": len(stepped),
+                   "new_decisions": new, "pool": len(pool.items),
                    "loss": round(sum(losses) / len(losses), 6) if losses else None, "learning_rate": rate, **counts,
                    "rollout_seconds": round(collected - begun, 3), "update_seconds": round(time.monotonic() - collected, 3),
                    "env_steps_per_second": round(played_steps / max(time.monotonic() - begun, 1e-9), 3)}
@@ -340,7 +342,7 @@ def run_rft(policy, envs: Sequence[Any], agent, options: RFTOptions, output_dir:
             bar.set_postfix(round=done, steps_s=row["env_steps_per_second"], success=round(row["success_rate"], 3),
                             kept=len(kept))
         bar.close()
-        if not seen["kept"]:
+        if not pool.items:
             raise ValueError(rft.nothing_kept(steps, seen["episodes"], seen["best_return"], options.keep,
                                               seen["success_signal"]))
         last = rows[-1] if rows else {}
