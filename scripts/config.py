@@ -423,4 +423,4 @@ def demonstration_paths(value) -> list[str]:
     return list(paths)
 
 
-ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+ConfigStore.instance().store(name="train_schema", node=open_kwargs(TrainConfig))

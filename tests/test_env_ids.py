@@ -90,10 +90,13 @@ def test_missing_minigrid_names_its_extra(monkeypatch):
         check_env_id("minigrid:BabyAI-GoToRedBall-v0")
 
 
+@pytest.mark.parametrize("job", ["episode", "train"])
 @pytest.mark.parametrize("override", ["env.kwargs={max_episode_steps: 7}", "env.kwargs.max_episode_steps=7",
                                       "+env.kwargs.max_episode_steps=7"])
-def test_env_kwargs_take_any_key_in_every_form(override):
-    config = to_config(compose("episode", ["env=frozenlake", override]))
+def test_env_kwargs_take_any_key_in_every_form(override, job):
+    import jetgym.scripts.train  # noqa: F401  (stores the train schema)
+
+    config = to_config(compose(job, ["env=frozenlake", override]))
     assert config.env.kwargs == {"map_name": "4x4", "is_slippery": True, "max_episode_steps": 7}
 
 
@@ -130,3 +133,39 @@ def test_count_mismatch_names_the_field_the_env_and_the_count():
 def test_blank_import_names_are_refused():
     with pytest.raises(ValueError, match=re.escape("env.imports must hold package names, got ''")):
         check_env_id("Taxi-v4", imports=[""])
+
+
+CLIFF = ["env=gym", "env.id=CliffWalking-v1", "env.action_texts=[move up,move right,move down,move left]"]
+
+
+def test_an_env_without_a_time_limit_is_cut_at_the_step_cap_with_a_warning():
+    from jetgym.envs.time_limit import STEP_CAP
+    from jetgym.scripts.build import make_env
+
+    env = make_env(to_config(compose("episode", CLIFF)))  # CliffWalking ends only at its goal
+    env.reset(seed=0)
+    with pytest.warns(UserWarning, match=rf"^CliffWalking-v1 registers no time limit and an episode ran {STEP_CAP} "
+                                         r"steps: it is cut there \(truncated\); set env.kwargs.max_episode_steps=N"):
+        ends = [env.step(0)[3] for _ in range(STEP_CAP)]  # always up: never the goal
+    assert ends == [False] * (STEP_CAP - 1) + [True]
+    vector = make_env(to_config(compose("episode", CLIFF + ["env.num_envs=2"])))
+    vector.reset(seed=0)
+    with pytest.warns(UserWarning, match="registers no time limit"):
+        for _ in range(STEP_CAP):
+            truncated = vector.step([0, 0])[3]
+    assert truncated.tolist() == [True, True]
+
+
+def test_a_time_limit_of_the_env_or_the_user_leaves_no_cap():
+    from jetgym.envs.time_limit import StepCap
+    from jetgym.scripts.build import make_env
+
+    def wrappers(env):
+        while hasattr(env, "env"):
+            yield type(env)
+            env = env.env
+
+    for overrides in (CLIFF + ["env.kwargs.max_episode_steps=5"], ["env=frozenlake"]):
+        env = make_env(to_config(compose("episode", overrides)))
+        assert StepCap not in set(wrappers(env)), overrides
+    assert StepCap in set(wrappers(make_env(to_config(compose("episode", CLIFF)))))
