@@ -9,8 +9,8 @@ from jetgym.scripts.config import EpisodeConfig, build_scorer
 
 
 def make_env(config: EpisodeConfig, render: bool = False):
-    """The configured env (any registered id, with `env.kwargs`; Box actions split by `env.discretize`) with
-    `CandidateActions` on top (texts: `env.action_texts`, else the env's own); `env.num_envs > 1`: a vector env of
+    """The configured env (any registered id, with `env.kwargs`; Box actions split by `env.discretize`; an id
+    that registers no time limit cut at `StepCap`'s 1,000 steps) with `CandidateActions` on top (texts: `env.action_texts`, else the env's own); `env.num_envs > 1`: a vector env of
     such envs (autoreset disabled: the rollout reseeds every episode). render: ask for `rgb_array` frames when the
     env offers them (single envs only, for the GIFs)."""
     from functools import partial
@@ -19,6 +19,7 @@ def make_env(config: EpisodeConfig, render: bool = False):
 
     from jetgym.envs import import_env_modules  # importing jetgym.envs registers the jetgym ids
     from jetgym.envs.candidates import CandidateActions, UnsupportedActionSpace, make_vector_env
+    from jetgym.envs.time_limit import StepCap, needs_cap
 
     import_env_modules(config.env.imports)
 
@@ -26,6 +27,8 @@ def make_env(config: EpisodeConfig, render: bool = False):
     texts = None if config.env.action_texts is None else list(config.env.action_texts)
     bins = config.env.discretize
     wrappers = [] if bins is None else [partial(gym.wrappers.DiscretizeAction, bins=bins)]
+    if needs_cap(config.env.id, kwargs):
+        wrappers.append(StepCap)
     try:
         if config.env.num_envs > 1:
             return make_vector_env(config.env.id, config.env.num_envs, texts=texts, mode=config.env.vectorization,
