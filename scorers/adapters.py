@@ -12,8 +12,10 @@ schedule, dtype and FastJEV run on plain weights and stay exact against `indepen
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import warnings
 from pathlib import Path
 
 METADATA = "jetgym_adapter.json"
@@ -101,7 +103,8 @@ def apply_adapter(loaded, path: str | Path) -> None:
         else:
             from peft import PeftModel
 
-            loaded.model = PeftModel.from_pretrained(loaded.model, str(folder)).merge_and_unload()
+            with quiet_peft():
+                loaded.model = PeftModel.from_pretrained(loaded.model, str(folder)).merge_and_unload()
     except AdapterError:
         raise
     except Exception as error:  # peft/safetensors raise many types for a truncated or foreign file
@@ -109,3 +112,12 @@ def apply_adapter(loaded, path: str | Path) -> None:
                            f"{str(error).splitlines()[0] if str(error) else 'no message'}); the files may be "
                            f"truncated: train again or restore them") from None
     loaded.model.eval()
+
+
+@contextlib.contextmanager
+def quiet_peft():
+    """Wrap peft's model wrapping: peft reads transformers' deprecated `is_gradient_checkpointing`, whose
+    FutureWarning would otherwise reach the user on every training run and adapter load (it is not theirs to fix)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield

@@ -717,3 +717,13 @@ def test_learning_benchmark_reads_a_setting_missing_from_an_older_run_as_null():
     older, newer = {"env": {"id": "FrozenLake-v1"}, "seed": 0}, {"env": {"id": "FrozenLake-v1", "discretize": None}, "seed": 1}
     assert same_configuration([older, newer]) is None
     assert same_configuration([older, {"env": {"id": "FrozenLake-v1", "discretize": 3}}]) == "run 2 differs from run 1 in 'env'"
+
+
+def test_making_a_policy_shows_no_deprecation_warning_of_peft():
+    """peft reads transformers' deprecated `is_gradient_checkpointing`; that FutureWarning is not the user's."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Policy(tiny_scorer(), LoraOptions(lora_rank=2), seed=0)
+    assert not [w for w in caught if "is_gradient_checkpointing" in str(w.message)]

@@ -24,7 +24,7 @@ from typing import Sequence
 import torch
 
 from jetgym.scorers import Question
-from jetgym.scorers.adapters import FULL_WEIGHTS, base_fingerprint, write_metadata
+from jetgym.scorers.adapters import FULL_WEIGHTS, base_fingerprint, quiet_peft, write_metadata
 from jetgym.scorers.gradients import FrozenTrunk, candidate_logprobs
 from jetgym.scorers.memo import MemoizedScorer, distinct
 
@@ -70,7 +70,8 @@ class Policy:
             config = LoraConfig(r=lora.lora_rank, lora_alpha=lora.lora_alpha, lora_dropout=0.0,
                                 target_modules=list(lora.lora_targets),
                                 layers_to_transform=layers, bias="none")
-            self.peft = get_peft_model(model, config)  # injects the adapter into `model` in place
+            with quiet_peft():
+                self.peft = get_peft_model(model, config)  # injects the adapter into `model` in place
             frozen = n_layers - trained
             if frozen and self.grad_schedule == "packed" and FrozenTrunk.fits(model):
                 self.trunk = FrozenTrunk(frozen)
