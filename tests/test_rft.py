@@ -331,3 +331,15 @@ def test_rft_learns_a_text_env_whose_words_mislead_the_zero_shot_scorer(tmp_path
     trained = make_scorer("jet", adapter=str(tmp_path / "adapter"))
     after = rollout(env(), make_agent("scorer", scorer=trained, task=task, policy="argmax"), 3, 0, progress=False)
     assert all(e["return"] == 1 for e in after), (summary, after)
+
+
+def test_a_round_clones_every_pooled_decision_at_least_once():
+    from jetgym.training.run import _minibatches
+
+    generator = torch.Generator().manual_seed(0)
+    pool = [Question(context=f"q{i}", candidates=["x", "y"], gold=0) for i in range(20)]
+    batches = _minibatches(pool, RFTOptions(updates=2, minibatch=4), generator)
+    assert [len(b) for b in batches] == [4] * 5  # 2 updates would clone 8 of the 20
+    assert sorted(q.context for b in batches for q in b) == sorted(q.context for q in pool)
+    assert [len(b) for b in _minibatches(pool[:3], RFTOptions(updates=2, minibatch=4), generator)] == [3, 3]
+    assert _minibatches([], RFTOptions(), generator) == []

@@ -87,7 +87,8 @@ class RFTOptions:
     largest uniform mixture of a group's episodes; `advantage`: `episode` (clone the kept episodes) or
     `step-group` (also clone, at each question the round visited with several actions, the action of best mean
     return to go when it beats the question's mean); `replay`: the most kept decisions cloned; `updates`:
-    optimizer steps per round, on minibatches of `minibatch` decisions drawn in shuffled passes over them."""
+    optimizer steps per round (more when one pass over the pool takes more), on minibatches of `minibatch`
+    decisions drawn in shuffled passes over them."""
 
     group: int = 4
     seeds_per_round: int = 8

@@ -357,12 +357,14 @@ def run_rft(policy, envs: Sequence[Any], agent, options: RFTOptions, output_dir:
 
 
 def _minibatches(questions: list, options: RFTOptions, generator: torch.Generator) -> list[list]:
-    """`options.updates` minibatches of `options.minibatch` questions, drawn in shuffled passes over them."""
-    order: list[int] = []
-    while questions and len(order) < options.updates * options.minibatch:
-        order += torch.randperm(len(questions), generator=generator).tolist()
+    """`options.updates` minibatches of `options.minibatch` questions, or as many as one pass over all of them
+    takes when that is more, drawn in shuffled passes over them."""
     size = min(options.minibatch, len(questions))
-    return [[questions[i] for i in order[k * size:(k + 1) * size]] for k in range(options.updates if questions else 0)]
+    updates = max(options.updates, -(-len(questions) // size)) if questions else 0
+    order: list[int] = []
+    while questions and len(order) < updates * options.minibatch:
+        order += torch.randperm(len(questions), generator=generator).tolist()
+    return [[questions[i] for i in order[k * size:(k + 1) * size]] for k in range(updates)]
 
 
 def memo_counts(policy) -> dict:
