@@ -232,9 +232,22 @@ def without_nulls(value):
     return value
 
 
+def with_option_defaults(config: dict) -> dict:
+    """A run's record with the training options it lacks at their defaults (an option added later: the older run
+    trained with its default)."""
+    import dataclasses
+
+    from jetgym.training.options import LoraOptions, PPOOptions, RFTOptions, SFTOptions
+
+    algorithm = {"rft": RFTOptions, "ppo": PPOOptions}.get(config.get("algorithm"), SFTOptions)
+    defaults = {f.name: f.default for c in (algorithm, LoraOptions) for f in dataclasses.fields(c)
+                if f.default is not dataclasses.MISSING}
+    return {**config, "options": {**defaults, **config.get("options", {})}}
+
+
 def same_configuration(configs: list[dict]) -> str | None:
     """The first setting (other than the training seed) in which a run differs from the first one; None if none."""
-    configs = [without_nulls(config) for config in configs]
+    configs = [without_nulls(with_option_defaults(config)) for config in configs]
     for k, config in enumerate(configs[1:], 1):
         for key in sorted(set(config) | set(configs[0])):
             if key != "seed" and config.get(key) != configs[0].get(key):

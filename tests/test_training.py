@@ -719,6 +719,16 @@ def test_learning_benchmark_reads_a_setting_missing_from_an_older_run_as_null():
     assert same_configuration([older, {"env": {"id": "FrozenLake-v1", "discretize": 3}}]) == "run 2 differs from run 1 in 'env'"
 
 
+def test_learning_benchmark_reads_an_option_missing_from_an_older_run_at_its_default():
+    from jetgym.scripts.bench_learning import same_configuration
+
+    older = {"algorithm": "rft", "options": {"group": 4}, "seed": 0}
+    newer = {"algorithm": "rft", "options": {"group": 4, "advantage": "episode"}, "seed": 1}
+    assert same_configuration([older, newer]) is None
+    stepped = {"algorithm": "rft", "options": {"group": 4, "advantage": "step-group"}, "seed": 2}
+    assert same_configuration([older, stepped]) == "run 2 differs from run 1 in 'options'"
+
+
 def test_making_a_policy_shows_no_deprecation_warning_of_peft():
     """peft reads transformers' deprecated `is_gradient_checkpointing`; that FutureWarning is not the user's."""
     import warnings
