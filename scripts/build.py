@@ -11,8 +11,9 @@ from jetgym.scripts.config import EpisodeConfig, build_scorer
 def make_env(config: EpisodeConfig, render: bool = False):
     """The configured env (any registered id, with `env.kwargs`; Box actions split by `env.discretize`; an id
     that registers no time limit cut at `StepCap`'s 1,000 steps) with `CandidateActions` on top (texts:
-    `env.action_texts`, else the env's own); `env.num_envs > 1`: a vector env of such envs (autoreset disabled: the rollout reseeds every episode). render: ask for `rgb_array` frames when the
-    env offers them (single envs only, for the GIFs)."""
+    `env.action_texts`, else the env's own); `env.num_envs > 1`: a vector env of such envs (autoreset disabled:
+    the rollout reseeds every episode). render: ask for `rgb_array` frames when the env offers them (single envs
+    only, for the GIFs)."""
     from functools import partial
 
     import gymnasium as gym
