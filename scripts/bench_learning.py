@@ -237,10 +237,11 @@ def with_option_defaults(config: dict) -> dict:
     trained with its default)."""
     import dataclasses
 
-    from jetgym.training.options import LoraOptions, PPOOptions, RFTOptions, SFTOptions
+    from jetgym.training.options import OPTIONS, LoraOptions
 
-    algorithm = {"rft": RFTOptions, "ppo": PPOOptions}.get(config.get("algorithm"), SFTOptions)
-    defaults = {f.name: f.default for c in (algorithm, LoraOptions) for f in dataclasses.fields(c)
+    if config.get("algorithm") not in OPTIONS:
+        return config
+    defaults = {f.name: f.default for c in (OPTIONS[config["algorithm"]], LoraOptions) for f in dataclasses.fields(c)
                 if f.default is not dataclasses.MISSING}
     return {**config, "options": {**defaults, **config.get("options", {})}}
 

@@ -54,7 +54,7 @@ def train(cfg: Any, output_dir: str | None = None, progress: bool = True, on_sta
 
 
 def _train(config: TrainConfig, record: dict, lora, out: str, shards, progress: bool, on_start) -> dict:
-    from jetgym.training.options import PPOOptions, RFTOptions, SFTOptions
+    from jetgym.training.options import OPTIONS
     from jetgym.training.policy import Policy
     from jetgym.training.run import run_ppo, run_rft, run_sft
     from jetgym.training.sft import distinct_split, split_held_out
@@ -62,7 +62,7 @@ def _train(config: TrainConfig, record: dict, lora, out: str, shards, progress: 
     single = dataclasses.replace(config, env=dataclasses.replace(config.env, num_envs=1),
                                  agent=dataclasses.replace(config.agent, policy="sample"))
     cloning = config.algorithm in ("sft", "bc")
-    options = options_of(config, SFTOptions if cloning else RFTOptions if config.algorithm == "rft" else PPOOptions)
+    options = options_of(config, OPTIONS[config.algorithm])
     record["options"] = {**dataclasses.asdict(options), **dataclasses.asdict(lora)}  # in effect, defaults filled
     if cloning:
         policy = Policy(build_scorer(config), lora, config.seed)

@@ -116,6 +116,9 @@ class RFTOptions:
 ADVANTAGES = ("episode", "step-group")  # RFTOptions.advantage
 
 
+OPTIONS = {"ppo": PPOOptions, "rft": RFTOptions, "sft": SFTOptions, "bc": SFTOptions}  # algorithm -> its options
+
+
 def check_keep(keep: str) -> None:
     """`train.keep`: auto, success, or top:F with 0 < F <= 1."""
     if keep in ("auto", "success"):

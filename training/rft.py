@@ -166,11 +166,21 @@ class Kept:
 def loop_erased(episode: Played) -> list[Kept]:
     """The episode's decisions, each distinct question once, with the action of its last visit."""
     last: dict[bytes, Kept] = {}
-    for t, decision in enumerate(episode.decisions):
+    steps = len(episode.decisions)
+    for t, (decision, to_go) in enumerate(zip(episode.decisions, returns_to_go(episode.rewards))):
         key = state_key(decision)
         last.pop(key, None)
-        last[key] = Kept(decision, float(sum(episode.rewards[t:])), len(episode.decisions) - t)
+        last[key] = Kept(decision, to_go, steps - t)
     return list(last.values())
+
+
+def returns_to_go(rewards: Sequence[float]) -> list[float]:
+    """Each step's return to go: its reward and every later one in the episode (one pass from the end)."""
+    total, backwards = 0.0, []
+    for reward in reversed(rewards):
+        total += float(reward)
+        backwards.append(total)
+    return backwards[::-1]
 
 
 def step_groups(played: Sequence[Played]) -> list[Kept]:
@@ -178,23 +188,27 @@ def step_groups(played: Sequence[Played]) -> list[Kept]:
     one sample of its action's return to go; at a question visited with more than one action, the action of best
     mean return to go (then fewest mean steps to go) is kept when its mean beats the question's mean over every
     visit (a positive advantage), with those means as its continuation."""
-    visits: dict[bytes, dict[int, list[tuple[float, int, Question]]]] = {}
+    visits: dict[bytes, dict[int, list[tuple[float, int]]]] = {}  # question -> action -> (return, steps) to go
+    last: dict[tuple[bytes, int], Question] = {}  # (question, action) -> its last decision
     for episode in played:
-        for t, decision in enumerate(episode.decisions):
-            actions = visits.setdefault(state_key(decision), {})
-            actions.setdefault(int(decision.gold), []).append(
-                (float(sum(episode.rewards[t:])), len(episode.decisions) - t, decision))
+        steps = len(episode.decisions)
+        for t, (decision, to_go) in enumerate(zip(episode.decisions, returns_to_go(episode.rewards))):
+            key, action = state_key(decision), int(decision.gold)
+            visits.setdefault(key, {}).setdefault(action, []).append((to_go, steps - t))
+            last[key, action] = decision
     kept = []
-    for actions in visits.values():
+    for key, actions in visits.items():
         if len(actions) < 2:
             continue
-        samples = [g for taken in actions.values() for g, _, _ in taken]
-        means = {a: (sum(g for g, _, _ in taken) / len(taken), -sum(n for _, n, _ in taken) / len(taken))
-                 for a, taken in actions.items()}
+        means = {a: (_mean([g for g, _ in taken]), -_mean([n for _, n in taken])) for a, taken in actions.items()}
         best = max(means, key=lambda a: means[a])
-        if means[best][0] > sum(samples) / len(samples):
-            kept.append(Kept(actions[best][-1][2], means[best][0], round(-means[best][1])))
+        if means[best][0] > _mean([g for taken in actions.values() for g, _ in taken]):
+            kept.append(Kept(last[key, best], means[best][0], round(-means[best][1])))
     return kept
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
 
 
 def state_key(decision: Question) -> bytes:

@@ -295,16 +295,15 @@ def run_rft(policy, envs: Sequence[Any], agent, options: RFTOptions, output_dir:
         bar = tqdm(total=env_steps, initial=min(steps, env_steps), unit="step", desc="rft",
                    disable=not (progress and shards.writer))
         started = time.monotonic()
+
+        def advance(n: int) -> None:  # this rank's steps, as they are played
+            bar.update(min(n, max(env_steps - bar.n, 0)))
+
         while steps < env_steps:
             begun = time.monotonic()
             seeds = rft.round_seeds(seed, done, options)
             mine = [seeds[i] for i in shards.mine(len(seeds))]
             budget = None if shards.ranks.world_size > 1 else env_steps - steps  # ranks: whole rounds
-            shown = bar.n
-
-            def advance(n: int) -> None:  # this rank's steps, as they are played
-                bar.update(min(n, max(env_steps - bar.n, 0)))
-
             played = [e for part in shards.gather(rft.play_round(envs, agent, policy.scorer, mine, options, temperature,
                                                                  seed, budget, advance)) for e in part]
             played.sort(key=lambda e: (e.seed, e.member))
@@ -338,7 +337,7 @@ def run_rft(policy, envs: Sequence[Any], agent, options: RFTOptions, output_dir:
                     folder.save_checkpoint(policy, optimizer, {"update": done, "env_steps": steps, "seen": seen,
                                                                "pool": pool.rows(),
                                                                "generator": generator.get_state().tolist()})
-            bar.update(min(shown + played_steps, env_steps) - bar.n)  # every rank's steps
+            bar.update(min(steps, env_steps) - bar.n)  # every rank's steps
             bar.set_postfix(round=done, steps_s=row["env_steps_per_second"], success=round(row["success_rate"], 3),
                             kept=len(kept))
         bar.close()
