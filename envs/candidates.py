@@ -94,21 +94,21 @@ def action_texts(env: gym.Env, n: int, texts: Sequence[str] | None = None,
             texts = [name.lower().replace("_", " ") for name in names]
             labels = names if labels is None else labels
         else:
-            warnings.warn(f"{_name(env)} has no action texts (no `controls`, no get_action_meanings()): the candidates "
-                          f"are 'action 0' ... 'action {n - 1}', which tell a language model nothing; pass "
+            warnings.warn(f"{env_name(env)} has no action texts (no `controls`, no get_action_meanings()): the "
+                          f"candidates are 'action 0' ... 'action {n - 1}', which tell a language model nothing; pass "
                           f"texts=[...] (CLI: 'env.action_texts=[...]')", stacklevel=3)
             texts = [f"action {i}" for i in range(n)]
     texts = [str(t) for t in texts]
     labels = [str(i) for i in range(n)] if labels is None else [str(label) for label in labels]
     if len(texts) != n:
-        raise ValueError(f"{len(texts)} candidate texts for {n} actions: {_name(env)} has {n} actions, so "
+        raise ValueError(f"{len(texts)} candidate texts for {n} actions: {env_name(env)} has {n} actions, so "
                          f"env.action_texts (texts= in Python) needs exactly {n} texts, one per action in order")
     if len(labels) != n:
         raise ValueError(f"{len(labels)} candidate labels for {n} actions")
     for what, values in (("texts", texts), ("labels", labels)):
         repeated = sorted({value for value in values if values.count(value) > 1})
         if repeated:
-            raise ValueError(f"the {n} action {what} of {_name(env)} must be distinct, but {repeated[0]!r} is given "
+            raise ValueError(f"the {n} action {what} of {env_name(env)} must be distinct, but {repeated[0]!r} is given "
                              f"{values.count(repeated[0])} times in {values}: give each action its own text "
                              f"(env.action_texts, texts= in Python)")
     return texts, labels
@@ -117,7 +117,7 @@ def action_texts(env: gym.Env, n: int, texts: Sequence[str] | None = None,
 def _control_texts(env: gym.Env, controls: Any, n: int) -> tuple[list[str], list[str]]:
     """(texts, labels) of an env's `controls`: objects with `text` and `label`, or plain strings (each its own label)."""
     kinds = "strings, or objects with .text and .label"
-    where = f"{_name(env)}.controls"
+    where = f"{env_name(env)}.controls"
     if isinstance(controls, (str, bytes)) or not isinstance(controls, Sequence):
         raise ValueError(f"{where} must be a list of {n} control texts ({kinds}), got {controls!r}")
     controls = list(controls)
@@ -147,7 +147,8 @@ class UnsupportedActionSpace(TypeError, ValueError):
         self.space = space
 
 
-def _name(env) -> str:
+def env_name(env) -> str:
+    """The env's registered id, else its class name (for messages)."""
     spec = getattr(env, "spec", None)
     return spec.id if spec is not None and spec.id else type(env.unwrapped).__name__
 
@@ -184,7 +185,7 @@ class CandidateActions(gym.Wrapper):
             if not isinstance(commands, str) or not commands:
                 raise ValueError(f"commands must name the info key that lists the admissible commands, got {commands!r}")
             if texts is not None or labels is not None:
-                raise ValueError(f"{_name(env)} takes text commands: its candidates are the commands it lists in "
+                raise ValueError(f"{env_name(env)} takes text commands: its candidates are the commands it lists in "
                                  f"info[{commands!r}] at every step, so texts=/labels= do not apply (CLI: leave "
                                  "env.action_texts null)")
             self.candidates = None
@@ -219,7 +220,7 @@ class CandidateActions(gym.Wrapper):
     def _command_candidates(self, info: dict, done: bool) -> dict:
         listed = info.get(self.commands)
         if listed is None:
-            raise ValueError(f"{_name(self.env)} takes text commands but puts no list in info[{self.commands!r}] at "
+            raise ValueError(f"{env_name(self.env)} takes text commands but puts no list in info[{self.commands!r}] at "
                              "this step: the env must list its admissible commands there on reset and every step "
                              "(or pass commands=<the info key it uses>)")
         if isinstance(listed, str) or not all(isinstance(c, str) and c.strip() for c in listed):
@@ -229,7 +230,7 @@ class CandidateActions(gym.Wrapper):
         if not commands:
             if done:  # no action follows a terminated or truncated step
                 return {**info, "candidates": NO_CANDIDATES}
-            raise ValueError(f"{_name(self.env)} lists no admissible command in info[{self.commands!r}] at episode "
+            raise ValueError(f"{env_name(self.env)} lists no admissible command in info[{self.commands!r}] at episode "
                              f"{self.episode}, step {self.steps} (an env must list at least one command on every "
                              "step that is not terminated or truncated)")
         return {**info, "candidates": CandidateSet(commands, commands, commands)}
@@ -246,7 +247,7 @@ class CandidateActions(gym.Wrapper):
             raise ValueError(f"the action mask has shape {mask.shape}, the action space has {n} actions")
         self.mask = (mask != 0).astype(np.int8)
         if not self.mask.any():
-            raise ValueError(f"every action of {_name(self.env)} is masked at this step: there is no admissible "
+            raise ValueError(f"every action of {env_name(self.env)} is masked at this step: there is no admissible "
                              "candidate (check the env's action_mask / action_masks())")
         candidates = self.candidates if self.mask.all() else self.candidates.subset(self.mask)
         return {**info, "candidates": candidates, "action_mask": self.mask.copy()}

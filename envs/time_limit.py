@@ -8,6 +8,8 @@ import warnings
 
 import gymnasium as gym
 
+from .candidates import env_name
+
 STEP_CAP = 1000  # env steps
 
 
@@ -26,8 +28,8 @@ class StepCap(gym.Wrapper):
         observation, reward, terminated, truncated, info = self.env.step(action)
         self.taken += 1
         if self.taken >= self.steps and not (terminated or truncated):
-            warnings.warn(f"{_name(self.env)} registers no time limit and an episode ran {self.steps} steps: it is cut "
-                          f"there (truncated); set env.kwargs.max_episode_steps=N for another limit", stacklevel=2)
+            warnings.warn(f"{env_name(self.env)} registers no time limit and an episode ran {self.steps} steps: it is "
+                          f"cut there (truncated); set env.kwargs.max_episode_steps=N for another limit", stacklevel=2)
             truncated = True
         return observation, reward, terminated, truncated, info
 
@@ -47,8 +49,3 @@ def needs_cap(env_id: str, kwargs: dict) -> bool:
         return gym.spec(name).max_episode_steps is None
     except Exception:  # an unknown id or module: gymnasium.make names it
         return False
-
-
-def _name(env: gym.Env) -> str:
-    spec = getattr(env, "spec", None)
-    return getattr(spec, "id", None) or type(env.unwrapped).__name__
