@@ -19,9 +19,10 @@ from jetgym.agents import make_agent
 from jetgym.envs.candidates import CandidateActions
 from jetgym.scorers import Question, make_scorer
 from jetgym.training import rft
-from jetgym.training.options import LoraOptions, PPOOptions, RFTOptions
+from jetgym.training.options import LoraOptions, PPOOptions, RFTOptions, SFTOptions
 from jetgym.training.policy import Policy
 from jetgym.training.run import run_ppo, run_rft
+from jetgym.training.sft import sft_step
 
 from test_training import Bandit, p_east, tiny_scorer
 
@@ -143,9 +144,9 @@ def test_the_pool_keeps_one_action_per_question_the_one_with_the_best_continuati
     assert pool.add(kept) == 2
     longer = rft.loop_erased(rft.Played(1, 0, decisions=[at("A", 0), at("C", 0), at("B", 0)], rewards=[0, 0, 1]))
     assert pool.add(longer) == 1  # C is new; A (3 steps to go, not 1) keeps its action, B (1 step, not 2) takes 0
-    assert [(q.context, q.gold) for q in pool.questions()] == [("at A", 1), ("at C", 0), ("at B", 0)]
+    assert [(k.decision.context, k.decision.gold) for k in pool.kept()] == [("at A", 1), ("at C", 0), ("at B", 0)]
     assert pool.add([rft.Kept(at("D", 1), 0.0, 1)]) == 1
-    assert [q.context for q in pool.questions()] == ["at C", "at B", "at D"]  # the least recently kept left
+    assert [k.decision.context for k in pool.kept()] == ["at C", "at B", "at D"]  # the least recently kept left
     assert rft.Pool(3, pool.rows()).rows() == pool.rows()
 
 
@@ -159,8 +160,49 @@ def test_step_groups_keep_the_action_of_best_mean_return_at_each_recurring_quest
     kept = rft.step_groups(played)  # A: action 0 (mean 1) beats A's mean 2/3; B: 1 beats 0; C: one action only
     assert [(k.decision.context, k.decision.gold, k.return_to_go, k.steps_to_go) for k in kept] == \
         [("at A", 0, 1.0, 2), ("at B", 1, 1.0, 1)]
+    # weight: the advantage over the spread of the round's returns to go (1, 1, 0, 0, 1, 0: 0.5), at most 1
+    assert [k.weight for k in kept] == [pytest.approx((1 - 2 / 3) / 0.5), 1.0]
     assert rft.step_groups([rft.Played(0, 0, decisions=[at("D", 0)], rewards=[0]),
                             rft.Played(0, 1, decisions=[at("D", 1)], rewards=[0])]) == []  # no action is better
+
+
+def test_discounted_returns_to_go_weigh_what_follows_soon():
+    assert rft.returns_to_go([1, 0, 2]) == [3, 2, 2]
+    assert rft.returns_to_go([1, 0, 2], gamma=0.5) == [1.5, 1.0, 2.0]
+    # a time limit cuts two walks: undiscounted, the later visit of A looks better only for the steps left
+    def at(room, gold):
+        return Question(context=f"at {room}", candidates=["x", "y"], gold=gold)
+
+    early = rft.Played(0, 0, decisions=[at("A", 0)] + [at("B", 0)] * 19, rewards=[-1] * 20)
+    late = rft.Played(0, 1, decisions=[at("B", 1)] * 10 + [at("A", 1)] + [at("B", 1)] * 9, rewards=[-1] * 20)
+
+    def weight_of_a(gamma):
+        (gold, weight), = [(k.decision.gold, k.weight) for k in rft.step_groups([early, late], gamma)
+                           if k.decision.context == "at A"]
+        return gold, weight
+
+    assert weight_of_a(1.0)[0] == 1 and weight_of_a(1.0)[1] > 0.5  # -10 beats -20 by the steps left
+    assert weight_of_a(0.5)[0] == 1 and weight_of_a(0.5)[1] < 0.05  # discounted, both are about -2
+
+
+def test_weighted_cloning_scales_each_questions_loss_and_gradient():
+    policy = Policy(tiny_scorer(), LoraOptions(lora_rank=4, lora_alpha=8), seed=0)
+    with torch.no_grad():
+        for name, parameter in policy.model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(0, 0.02)
+    first = Question(context="Choose. here", candidates=["go west", "go east"], gold=1)
+    second = Question(context="Choose. there", candidates=["go west", "go east"], gold=0)
+
+    def step(questions, weights):
+        optimizer = torch.optim.SGD(policy.parameters(), lr=0.0)
+        loss = sft_step(policy, optimizer, questions, SFTOptions(max_grad_norm=1e9), weights=weights)  # no clipping
+        return loss, [p.grad.clone() for p in policy.parameters() if p.grad is not None]
+
+    loss_1, grad_1 = step([first, second], [1.0, 0.0])
+    loss_half, grad_half = step([first], None)
+    assert loss_1 == pytest.approx(loss_half / 2, rel=1e-5)  # the weight-0 question adds nothing, the mean halves
+    assert all(torch.allclose(a * 2, b, atol=1e-6) for a, b in zip(grad_1, grad_half))
 
 
 def test_step_group_advantages_learn_where_no_episode_is_kept(tmp_path):
@@ -214,6 +256,8 @@ def test_rft_bad_inputs_name_the_field(tmp_path):
         RFTOptions(group=0)
     with pytest.raises(ValueError, match=r"train.explore must be in \[0, 1\], got 2"):
         RFTOptions(explore=2)
+    with pytest.raises(ValueError, match=r"train.gamma must be in \[0, 1\], got 1.5"):
+        RFTOptions(gamma=1.5)
     with pytest.raises(ValueError, match="train.advantage must be one of episode, step-group, got 'steps'"):
         RFTOptions(advantage="steps")
     policy = Policy(tiny_scorer(), LoraOptions(lora_rank=2), seed=0)

@@ -86,7 +86,8 @@ class RFTOptions:
     `seeds_per_round` seeds on `num_envs` envs at a time; `keep` (`auto`, `success` or `top:F`); `explore`: the
     largest uniform mixture of a group's episodes; `advantage`: `episode` (clone the kept episodes) or
     `step-group` (also clone, at each question the round visited with several actions, the action of best mean
-    return to go when it beats the question's mean); `replay`: the most kept decisions cloned; `updates`:
+    return to go when it beats the question's mean, weighted by that advantage); `gamma`: the discount of the
+    returns to go that compare actions (each episode is still kept by its whole return); `replay`: the most kept decisions cloned; `updates`:
     optimizer steps per round (more when one pass over the pool takes more), on minibatches of `minibatch`
     decisions drawn in shuffled passes over them."""
 
@@ -96,6 +97,7 @@ class RFTOptions:
     keep: str = "auto"
     explore: float = 1.0
     advantage: str = "episode"
+    gamma: float = 0.95
     replay: int = 512
     updates: int = 16
     minibatch: int = 8
@@ -106,7 +108,7 @@ class RFTOptions:
     def __post_init__(self):
         _check_schedule(self)
         _check(self, ("group", "seeds_per_round", "num_envs", "replay", "updates", "minibatch"), lambda v: v >= 1, ">= 1")
-        _check(self, ("explore",), lambda v: 0 <= v <= 1, "in [0, 1]")
+        _check(self, ("explore", "gamma"), lambda v: 0 <= v <= 1, "in [0, 1]")
         _check(self, ("learning_rate", "max_grad_norm"), lambda v: v > 0, "> 0")
         check_keep(self.keep)
         if self.advantage not in ADVANTAGES:

@@ -20,7 +20,10 @@ A round:
 With `advantage=step-group` (step-level group advantages, GiGPO's at the action level), step 3 also adds, at
 every question the round visited with more than one action, the action of best mean return to go when it beats
 the question's mean (`step_groups`): a state that recurs across episodes compares its actions directly, even in
-episodes that were not kept.
+episodes that were not kept. Its clone is weighted by that advantage over the spread of all the round's returns
+to go (at most 1), so an action that won by a hair, as by chance, weighs little.
+Returns to go are discounted by `gamma` (default 0.95): on a long episode cut by a time limit, an undiscounted
+return to go mostly counts the steps left, whatever the action; discounted, it weighs what follows soon.
 Rounds go on until `env_steps` env steps have been played (the last round is cut there: in one process the
 budget is exact).
 """
@@ -157,53 +160,59 @@ class Kept:
     decision: Question
     return_to_go: float
     steps_to_go: int
+    weight: float = 1.0
 
     def better_than(self, other: "Kept") -> bool:
         """More return to go, then fewer steps to it; a tie goes to the newer (`self`)."""
         return (self.return_to_go, -self.steps_to_go) >= (other.return_to_go, -other.steps_to_go)
 
 
-def loop_erased(episode: Played) -> list[Kept]:
+def loop_erased(episode: Played, gamma: float = 1.0) -> list[Kept]:
     """The episode's decisions, each distinct question once, with the action of its last visit."""
     last: dict[bytes, Kept] = {}
     steps = len(episode.decisions)
-    for t, (decision, to_go) in enumerate(zip(episode.decisions, returns_to_go(episode.rewards))):
+    for t, (decision, to_go) in enumerate(zip(episode.decisions, returns_to_go(episode.rewards, gamma))):
         key = state_key(decision)
         last.pop(key, None)
         last[key] = Kept(decision, to_go, steps - t)
     return list(last.values())
 
 
-def returns_to_go(rewards: Sequence[float]) -> list[float]:
-    """Each step's return to go: its reward and every later one in the episode (one pass from the end)."""
+def returns_to_go(rewards: Sequence[float], gamma: float = 1.0) -> list[float]:
+    """Each step's return to go: its reward and every later one in the episode, the k-th later one discounted by
+    gamma**k (one pass from the end)."""
     total, backwards = 0.0, []
     for reward in reversed(rewards):
-        total += float(reward)
+        total = float(reward) + gamma * total
         backwards.append(total)
     return backwards[::-1]
 
 
-def step_groups(played: Sequence[Played]) -> list[Kept]:
+def step_groups(played: Sequence[Played], gamma: float = 1.0) -> list[Kept]:
     """Step-level group advantages (`advantage=step-group`): every visit of a question in the round's episodes is
     one sample of its action's return to go; at a question visited with more than one action, the action of best
     mean return to go (then fewest mean steps to go) is kept when its mean beats the question's mean over every
-    visit (a positive advantage), with those means as its continuation."""
+    visit (a positive advantage), with those means as its continuation and, as its weight, the advantage over
+    the standard deviation of every return to go of the round, at most 1."""
     visits: dict[bytes, dict[int, list[tuple[float, int]]]] = {}  # question -> action -> (return, steps) to go
     last: dict[tuple[bytes, int], Question] = {}  # (question, action) -> its last decision
     for episode in played:
         steps = len(episode.decisions)
-        for t, (decision, to_go) in enumerate(zip(episode.decisions, returns_to_go(episode.rewards))):
+        for t, (decision, to_go) in enumerate(zip(episode.decisions, returns_to_go(episode.rewards, gamma))):
             key, action = state_key(decision), int(decision.gold)
             visits.setdefault(key, {}).setdefault(action, []).append((to_go, steps - t))
             last[key, action] = decision
+    spread = float(np.std([g for actions in visits.values() for taken in actions.values() for g, _ in taken] or [0]))
     kept = []
     for key, actions in visits.items():
         if len(actions) < 2:
             continue
         means = {a: (_mean([g for g, _ in taken]), -_mean([n for _, n in taken])) for a, taken in actions.items()}
         best = max(means, key=lambda a: means[a])
-        if means[best][0] > _mean([g for taken in actions.values() for g, _ in taken]):
-            kept.append(Kept(last[key, best], means[best][0], round(-means[best][1])))
+        advantage = means[best][0] - _mean([g for taken in actions.values() for g, _ in taken])
+        if advantage > 0:
+            weight = min(1.0, advantage / spread)
+            kept.append(Kept(last[key, best], means[best][0], round(-means[best][1]), weight))
     return kept
 
 
@@ -242,20 +251,20 @@ class Pool:
             self.items.popitem(last=False)
         return new
 
-    def questions(self) -> list[Question]:
-        return [item.decision for item in self.items.values()]
+    def kept(self) -> list[Kept]:
+        return list(self.items.values())
 
     def rows(self) -> list[dict]:
         """The pool as JSON rows (checkpoints)."""
         return [{"context": k.decision.context, "candidates": list(k.decision.candidates),
                  "labels": list(k.decision.labels or ()), "gold": k.decision.gold, "return_to_go": k.return_to_go,
-                 "steps_to_go": k.steps_to_go} for k in self.items.values()]
+                 "steps_to_go": k.steps_to_go, "weight": k.weight} for k in self.items.values()]
 
 
 def kept_from_row(row: dict) -> Kept:
     question = Question(context=row["context"], candidates=row["candidates"], labels=row["labels"] or None,
                         gold=row["gold"])
-    return Kept(question, row["return_to_go"], row["steps_to_go"])
+    return Kept(question, row["return_to_go"], row["steps_to_go"], row.get("weight", 1.0))
 
 
 def nothing_kept(steps: int, episodes: int, best: float | None, keep: str, any_success_signal: bool) -> str:

@@ -310,11 +310,12 @@ def run_rft(policy, envs: Sequence[Any], agent, options: RFTOptions, output_dir:
             counts = memo_counts(policy)
             collected = time.monotonic()
             kept = rft.kept_episodes(played, options.keep)
-            stepped = rft.step_groups(played) if options.advantage == "step-group" else []
-            new = pool.add([d for e in kept for d in rft.loop_erased(e)] + stepped)
+            stepped = rft.step_groups(played, options.gamma) if options.advantage == "step-group" else []
+            new = pool.add([d for e in kept for d in rft.loop_erased(e, options.gamma)] + stepped)
             rate = set_learning_rate(optimizer, learning_rate_at(options, steps, env_steps))
-            losses = [sft_step(policy, optimizer, batch, options, autocast, shards)
-                      for batch in _minibatches(pool.questions(), options, generator)]
+            losses = [sft_step(policy, optimizer, [k.decision for k in batch], options, autocast, shards,
+                               [k.weight for k in batch])
+                      for batch in _minibatches(pool.kept(), options, generator)]
             done += 1
             played_steps = sum(len(e.rewards) for e in played)
             steps += played_steps
@@ -356,7 +357,7 @@ def run_rft(policy, envs: Sequence[Any], agent, options: RFTOptions, output_dir:
 
 
 def _minibatches(questions: list, options: RFTOptions, generator: torch.Generator) -> list[list]:
-    """`options.updates` minibatches of `options.minibatch` questions, or as many as one pass over all of them
+    """`options.updates` minibatches of `options.minibatch` questions (or kept decisions), or as many as one pass over all of them
     takes when that is more, drawn in shuffled passes over them."""
     size = min(options.minibatch, len(questions))
     updates = max(options.updates, -(-len(questions) // size)) if questions else 0

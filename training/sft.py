@@ -47,14 +47,19 @@ def gold_nll(log_q: Sequence[torch.Tensor], questions: Sequence[Question]) -> to
 
 
 def sft_step(policy, optimizer, questions: Sequence[Question], options: SFTOptions, autocast: bool = False,
-             shards: Shards = Shards()) -> float:
-    """One gradient step on a minibatch (each rank computing its share); returns the minibatch's mean loss."""
+             shards: Shards = Shards(), weights: Sequence[float] | None = None) -> float:
+    """One gradient step on a minibatch (each rank computing its share); returns the minibatch's mean loss, each
+    question's gold NLL times its weight (`weights`, default 1)."""
     optimizer.zero_grad(set_to_none=True)
-    mine = [questions[i] for i in shards.mine(len(questions))]
+    indices = shards.mine(len(questions))
+    mine = [questions[i] for i in indices]
     total = 0.0
     if mine:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            loss = gold_nll(policy.evaluate(mine).log_q, mine).sum() / len(questions)
+            nll = gold_nll(policy.evaluate(mine).log_q, mine)
+            if weights is not None:
+                nll = nll * torch.tensor([float(weights[i]) for i in indices], dtype=nll.dtype)
+            loss = nll.sum() / len(questions)
         loss.backward()
         total = float(loss.detach())
     shards.sum_gradients(policy.parameters())
