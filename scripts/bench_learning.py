@@ -7,8 +7,8 @@ correlated), and the paired difference trained - zero-shot.
 
 Given a finished `jetgym-train` PPO, rft or behaviour-cloning run folder, plays its env (the run's own env and
 agent settings) on held-out seeds `--seed .. --seed+N-1` (PPO and rft training episodes use seeds >= 1,000,000;
-seeds of a cloning run's demonstrations are refused) with: the trained scorer (its adapter, argmax, at `--dtype`),
-the zero-shot scorer (argmax), `random`, the best fixed control, picked on separate tuning seeds
+seeds of a cloning run's demonstrations are refused) with: the trained scorer (its adapter, at `--dtype`), the
+zero-shot scorer (both `--policy`: argmax, or a draw from q seeded by the episode's seed), `random`, the best fixed control, picked on separate tuning seeds
 (`--tuning-seed`, never reported), and with `--sb3` stable-baselines3 PPO with an MLP trained for the run's env
 steps with each run's training seed (`jetgym.scripts.bench_sb3`). Reports mean return and success per agent with 95% bootstrap intervals over
 seeds and the paired differences trained - other (same seeds resampled together), the training run's learning
@@ -45,12 +45,14 @@ def success(episode: dict, rule: str) -> float:
 
 
 def play(overrides: list[str], agent: str, seeds: tuple[int, int], adapter: str | None = None,
-         control: str | None = None, scorer=None, stop_loops: bool = False, dtype: str = "float32") -> list[dict]:
+         control: str | None = None, scorer=None, stop_loops: bool = False, dtype: str = "float32",
+         policy: str = "argmax") -> list[dict]:
     from jetgym.agents import rollout
     from jetgym.scripts.config import compose, to_config
     from jetgym.scripts.build import build_agent, make_env
 
-    extra = [f"agent={agent}"] + ([f"agent.control={control}"] if control else []) \
+    extra = [f"agent={agent}"] + ([f"agent.policy={policy}"] if agent == "scorer" else []) \
+        + ([f"agent.control={control}"] if control else []) \
         + ([f"model.adapter={adapter}"] if adapter else [])
     config = to_config(compose("episode", overrides + extra + [f"placement.dtype={dtype}"]))
     env = make_env(config)
@@ -274,6 +276,8 @@ def main(argv=None) -> None:
                              "count the loop to the time limit (argmax without memory repeats it exactly)")
     parser.add_argument("--dtype", choices=("float32", "auto", "bfloat16"), default="float32",
                         help="the scorers' placement.dtype (auto: jetgym-episode's default, bf16 on CPUs with native bf16)")
+    parser.add_argument("--policy", choices=("argmax", "sample"), default="argmax",
+                        help="how the trained and zero-shot scorers pick: argmax, or a draw from q (agent.policy)")
     parser.add_argument("--sb3", action="store_true",
                         help="also train stable-baselines3 PPO (MLP) for the run's env steps with each training seed")
     parser.add_argument("--output-dir", default="outputs/bench-learning")
@@ -283,6 +287,8 @@ def main(argv=None) -> None:
         parser.error(f"--num-envs must be >= 1, got {args.num_envs}")
     if args.stop_loops and args.num_envs > 1:
         parser.error("--stop-loops plays one env at a time: leave --num-envs at 1")
+    if args.stop_loops and args.policy == "sample":
+        parser.error("--stop-loops needs the argmax scorer (a sampling one need not repeat a loop): drop --policy sample")
     folders, summaries = [Path(run) for run in args.runs], []
     for folder in folders:
         try:
@@ -319,9 +325,11 @@ def evaluate_play(folders: list[Path], summaries: list[dict], args, parser) -> N
     best = max(playable, key=playable.get) if playable else None
     batched = base + [f"env.num_envs={args.num_envs}"]
     trained = {"trained" if len(folders) == 1 else f"trained (seed {s['seed']})":
-               play(batched, "scorer", held, adapter=str(f / "adapter"), stop_loops=args.stop_loops, dtype=args.dtype)
+               play(batched, "scorer", held, adapter=str(f / "adapter"), stop_loops=args.stop_loops, dtype=args.dtype,
+                    policy=args.policy)
                for f, s in zip(folders, summaries)}
-    agents = {**trained, "zero-shot": play(batched, "scorer", held, stop_loops=args.stop_loops, dtype=args.dtype),
+    agents = {**trained, "zero-shot": play(batched, "scorer", held, stop_loops=args.stop_loops, dtype=args.dtype,
+                                           policy=args.policy),
               "random": play(base, "random", held)}
     if best is not None:
         agents[f"fixed ({best})"] = play(base, "fixed", held, control=best)
@@ -396,7 +404,7 @@ def evaluate_play(folders: list[Path], summaries: list[dict], args, parser) -> N
             + (f" --success {args.success}" if args.success != SUCCESS_RULES[0] else "")
             + (f" --num-envs {args.num_envs}" if args.num_envs > 1 else "") + (" --stop-loops" if args.stop_loops else "")
             + (f" --dtype {args.dtype}" if args.dtype != "float32" else "") + (" --sb3" if args.sb3 else "")
-            + f"` on {how}; the run's "
+            + (f" --policy {args.policy}" if args.policy != "argmax" else "") + f"` on {how}; the run's "
             f"settings: `{json.dumps({k: run['train'][k] for k in run['train'] if run['train'][k] is not None}, sort_keys=True)}`"
             + (f", in effect (defaults filled in): `{json.dumps(run['options'], sort_keys=True)}`" if run.get("options") else "")
             + f", env `{run['env']['id']}` `{json.dumps(run['env']['kwargs'], sort_keys=True)}`.", "",
@@ -406,7 +414,9 @@ def evaluate_play(folders: list[Path], summaries: list[dict], args, parser) -> N
             + (f"; the fixed control was picked on seeds {tuning[0]}..{tuning[1] - 1}" if best else
                "; no fixed control: the env's action mask removes every control at some step, so none can be "
                "played alone")
-            + f"). {DTYPES[args.dtype]}, argmax for the scorers. Mean [95% bootstrap interval over seeds]."
+            + f"). {DTYPES[args.dtype]}, "
+            + ("argmax for the scorers" if args.policy == "argmax" else "the scorers draw from q, seeded by the episode's seed")
+            + ". Mean [95% bootstrap interval over seeds]."
             + (" A scorer's episode that came back to an observation it had seen was stopped there and counted to "
                "the time limit, repeating the loop's rewards (exact for this deterministic env and the memoryless "
                f"argmax scorer; {sum(e.get('end') == 'loop' for a in (*trained, 'zero-shot') for e in agents.get(a, ()))} "

@@ -585,6 +585,17 @@ def test_learning_benchmark_rebuilds_the_run_env():
     assert len(set(env_controls(["env=gym", "env.id=FrozenLake-v1"]))) == 4  # the env's own controls, no texts given
 
 
+def test_learning_benchmark_scorers_pick_by_the_policy_asked(tiny_folder, monkeypatch):
+    import jetgym.agents
+    from jetgym.scripts.bench_learning import play
+
+    picked = []
+    monkeypatch.setattr(jetgym.agents, "rollout", lambda env, agent, *args, **kwargs: picked.append(agent.policy) or [])
+    for policy in ("argmax", "sample"):
+        play([f"model.spec={tiny_folder}", *FROZEN_STILL], "scorer", (0, 1), policy=policy)
+    assert picked == ["argmax", "sample"]
+
+
 def test_learning_benchmark_leaves_out_fixed_controls_the_env_masks():
     """Taxi masks every control at some step (walls, pick-ups away from the passenger): no fixed baseline there."""
     from jetgym.scripts.bench_learning import fixed_returns
@@ -618,6 +629,10 @@ def test_learning_benchmark_reads_every_demonstration_file_and_refuses_bad_count
     with pytest.raises(SystemExit):
         main([str(tmp_path), "--name", "x", "--stop-loops"])
     assert "this run's agent quotes its last 2 actions (agent.memory)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([str(tmp_path), "--name", "x", "--stop-loops", "--policy", "sample"])
+    assert "--stop-loops needs the argmax scorer (a sampling one need not repeat a loop): drop --policy sample" \
+        in capsys.readouterr().err
 
 
 def test_training_speed_benchmark_checks_every_method_against_per_candidate(tiny_folder, tmp_path):
@@ -705,6 +720,14 @@ def test_learning_benchmark_reports_an_rft_run_beside_sb3_on_the_same_held_out_s
     text = capsys.readouterr().out
     assert "on an rft run of 40 env steps" in text and "training seeds are >= 1,000,000" in text
     assert "Training seconds per round" in text and " --sb3`" in text
+    sampled = []
+    for k in range(2):  # the scorers draw from q, seeded by each episode's seed: the same draws again
+        main([str(out), "--name", "rft-tiny", "--episodes", "3", "--tuning-episodes", "1", "--policy", "sample",
+              "--output-dir", str(tmp_path / f"sampled{k}")])
+        agents = json.loads((tmp_path / f"sampled{k}" / "train_rft_tiny.json").read_text())["agents"]
+        sampled.append([agents[a]["returns"] for a in ("trained", "zero-shot")])
+    assert sampled[0] == sampled[1]
+    assert " --policy sample`" in capsys.readouterr().out
 
 
 def results_env(run) -> dict:
