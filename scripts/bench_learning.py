@@ -401,6 +401,7 @@ def evaluate_play(folders: list[Path], summaries: list[dict], args, parser) -> N
                       f"{100 * after.get('held_out_accuracy', float('nan')):.1f}%.") if summary["held_out_before"] else ""
     body = [f"## train-{args.name}", "",
             f"Command: `jetgym-bench-learning RUN --name {args.name} --episodes {args.episodes}"
+            + (f" --seed {args.seed}" if args.seed != 0 else "")
             + (f" --success {args.success}" if args.success != SUCCESS_RULES[0] else "")
             + (f" --num-envs {args.num_envs}" if args.num_envs > 1 else "") + (" --stop-loops" if args.stop_loops else "")
             + (f" --dtype {args.dtype}" if args.dtype != "float32" else "") + (" --sb3" if args.sb3 else "")

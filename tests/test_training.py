@@ -728,6 +728,10 @@ def test_learning_benchmark_reports_an_rft_run_beside_sb3_on_the_same_held_out_s
         sampled.append([agents[a]["returns"] for a in ("trained", "zero-shot")])
     assert sampled[0] == sampled[1]
     assert " --policy sample`" in capsys.readouterr().out
+    main([str(out), "--name", "rft-tiny", "--episodes", "1", "--tuning-episodes", "1", "--seed", "100",
+          "--output-dir", str(tmp_path / "later")])
+    assert "--episodes 1 --seed 100`" in capsys.readouterr().out and "Held-out seeds 100..100" in \
+        (tmp_path / "later" / "train_rft_tiny.md").read_text()
 
 
 def results_env(run) -> dict:
