@@ -8,9 +8,10 @@ correlated), and the paired difference trained - zero-shot.
 Given a finished `jetgym-train` PPO, rft or behaviour-cloning run folder, plays its env (the run's own env and
 agent settings) on held-out seeds `--seed .. --seed+N-1` (PPO and rft training episodes use seeds >= 1,000,000;
 seeds of a cloning run's demonstrations are refused) with: the trained scorer (its adapter, at `--dtype`), the
-zero-shot scorer (both `--policy`: argmax, or a draw from q seeded by the episode's seed), `random`, the best fixed control, picked on separate tuning seeds
-(`--tuning-seed`, never reported), and with `--sb3` stable-baselines3 PPO with an MLP trained for the run's env
-steps with each run's training seed (`jetgym.scripts.bench_sb3`). Reports mean return and success per agent with 95% bootstrap intervals over
+zero-shot scorer (both `--policy`: argmax, or a draw from q seeded by the episode's seed), `random`, the best
+fixed control, picked on separate tuning seeds (`--tuning-seed`, never reported), and with `--sb3`
+stable-baselines3 PPO with an MLP trained for the run's env steps with each run's training seed
+(`jetgym.scripts.bench_sb3`). Reports mean return and success per agent with 95% bootstrap intervals over
 seeds and the paired differences trained - other (same seeds resampled together), the training run's learning
 curve, and writes the section `train-<name>` of docs/benchmarks.md with `--docs`. Several runs of one
 configuration with different training seeds play the same held-out seeds, each as its own agent and, per
@@ -288,7 +289,8 @@ def main(argv=None) -> None:
     if args.stop_loops and args.num_envs > 1:
         parser.error("--stop-loops plays one env at a time: leave --num-envs at 1")
     if args.stop_loops and args.policy == "sample":
-        parser.error("--stop-loops needs the argmax scorer (a sampling one need not repeat a loop): drop --policy sample")
+        parser.error("--stop-loops needs the argmax scorer (a sampling one need not repeat a loop): "
+                     "drop --policy sample")
     folders, summaries = [Path(run) for run in args.runs], []
     for folder in folders:
         try:
@@ -416,7 +418,8 @@ def evaluate_play(folders: list[Path], summaries: list[dict], args, parser) -> N
                "; no fixed control: the env's action mask removes every control at some step, so none can be "
                "played alone")
             + f"). {DTYPES[args.dtype]}, "
-            + ("argmax for the scorers" if args.policy == "argmax" else "the scorers draw from q, seeded by the episode's seed")
+            + ("argmax for the scorers" if args.policy == "argmax" else
+               "the scorers draw from q, seeded by the episode's seed")
             + ". Mean [95% bootstrap interval over seeds]."
             + (" A scorer's episode that came back to an observation it had seen was stopped there and counted to "
                "the time limit, repeating the loop's rewards (exact for this deterministic env and the memoryless "

@@ -87,9 +87,9 @@ class RFTOptions:
     largest uniform mixture of a group's episodes; `advantage`: `episode` (clone the kept episodes) or
     `step-group` (also clone, at each question the round visited with several actions, the action of best mean
     return to go when it beats the question's mean, weighted by that advantage); `gamma`: the discount of the
-    returns to go that compare actions (each episode is still kept by its whole return); `replay`: the most kept decisions cloned; `updates`:
-    optimizer steps per round (more when one pass over the pool takes more), on minibatches of `minibatch`
-    decisions drawn in shuffled passes over them."""
+    returns to go that compare actions (each episode is still kept by its whole return); `replay`: the most kept
+    decisions cloned; `updates`: optimizer steps per round (more when one pass over the pool takes more), on
+    minibatches of `minibatch` decisions drawn in shuffled passes over them."""
 
     group: int = 4
     seeds_per_round: int = 8

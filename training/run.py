@@ -356,15 +356,15 @@ def run_rft(policy, envs: Sequence[Any], agent, options: RFTOptions, output_dir:
         return folder.finish(policy, summary, rows, "env_steps", ["success_rate", "mean_return"])
 
 
-def _minibatches(questions: list, options: RFTOptions, generator: torch.Generator) -> list[list]:
-    """`options.updates` minibatches of `options.minibatch` questions (or kept decisions), or as many as one pass over all of them
-    takes when that is more, drawn in shuffled passes over them."""
-    size = min(options.minibatch, len(questions))
-    updates = max(options.updates, -(-len(questions) // size)) if questions else 0
+def _minibatches(items: list, options: RFTOptions, generator: torch.Generator) -> list[list]:
+    """`options.updates` minibatches of `options.minibatch` items (the pool's kept decisions), or as many as one
+    pass over all of them takes when that is more, drawn in shuffled passes over them."""
+    size = min(options.minibatch, len(items))
+    updates = max(options.updates, -(-len(items) // size)) if items else 0
     order: list[int] = []
-    while questions and len(order) < updates * options.minibatch:
-        order += torch.randperm(len(questions), generator=generator).tolist()
-    return [[questions[i] for i in order[k * size:(k + 1) * size]] for k in range(updates)]
+    while items and len(order) < updates * options.minibatch:
+        order += torch.randperm(len(items), generator=generator).tolist()
+    return [[items[i] for i in order[k * size:(k + 1) * size]] for k in range(updates)]
 
 
 def memo_counts(policy) -> dict:
