@@ -8,7 +8,7 @@ packed under one attention mask. This schedule
 - copies it once into ONE working state, and feeds each multi-token candidate into the working state,
   after restoring the unchanged prefix state into it in place:
   - recurrent and convolution states (`LinearAttentionLayer`): `copy_` from the stored tensors (their
-    shapes never change, transformers updates them in place);
+    shapes never change, transformers updates them in place), and the layer's token count where it keeps one;
   - attention keys/values (`DynamicLayer`, `DynamicSlidingWindowLayer`): cut back to the stored length
     and `copy_` the stored tensors into the cut (a sliding layer also gets its token count back);
   - hybrid layers carrying both get both.
@@ -74,6 +74,8 @@ def restore_prefix_state(working, stored) -> None:
                     if source is not None:
                         getattr(work, name)[i].copy_(source)
                 work.has_previous_state[i] = keep.has_previous_state[i]
+            if hasattr(keep, "cumulative_length_linear"):  # transformers >= 5.25 counts the tokens a linear layer saw
+                work.cumulative_length_linear.copy_(keep.cumulative_length_linear)
         if isinstance(keep, cu.DynamicLayer) and keep.is_initialized:
             length = keep.keys.shape[-2]
             work.keys = work.keys[..., :length, :]
