@@ -210,3 +210,15 @@ def test_jet_scorer_with_a_real_tokenizer_and_chat_template():
     for a, b in zip(fast, reference):
         assert max_delta(a.logprobs, b.logprobs) < TOLERANCE
         assert a.choice == b.choice
+
+
+def test_restore_puts_back_the_cache_length(hybrid):
+    """The restored working state reports the prefix's length again (transformers >= 5.25 counts the tokens a
+    linear layer saw and reads that count as the cache's length: left unrestored, later candidates shift)."""
+    prefix = tuple(range(3, 12))
+    with torch.inference_mode():
+        stored = hybrid(input_ids=torch.tensor([prefix]), use_cache=True).cache
+        working = sequential._clone_state(stored)
+        hybrid(input_ids=torch.tensor([[5, 6, 7]]), cache=working, use_cache=True)
+        sequential.restore_prefix_state(working, stored)
+    assert int(working.get_seq_length()) == int(stored.get_seq_length()) == len(prefix)
