@@ -219,6 +219,21 @@ def test_step_group_advantages_learn_where_no_episode_is_kept(tmp_path):
     assert [r["step_group_decisions"] for r in rows_of(tmp_path)][:1] == [1] and rows_of(tmp_path)[-1]["pool"] == 1
 
 
+def test_planned_advantages_learn_where_no_episode_is_kept(tmp_path):
+    """The same Penalty env, `advantage=plan`: the transitions played so far value both actions of its one state."""
+    policy = Policy(tiny_scorer(), LoraOptions(lora_rank=4, lora_alpha=8), seed=0)
+    envs = [CandidateActions(Penalty(), texts=["go west", "go east"]) for _ in range(2)]
+    agent = make_agent("scorer", scorer=policy.scorer, task="Choose.", describer=lambda o: "here", policy="sample")
+    before = p_east(policy)
+    options = RFTOptions(group=4, seeds_per_round=2, num_envs=2, updates=4, minibatch=4, learning_rate=0.02,
+                         keep="success", advantage="plan")
+    summary = run_rft(policy, envs, agent, options, tmp_path, env_steps=48, progress=False)
+    assert p_east(policy) > 0.9 > before + 0.2, (before, p_east(policy))
+    assert summary["kept_episodes"] == 0
+    rows = rows_of(tmp_path)
+    assert [(r["planned_decisions"], r["pool"], r["cloned"]) for r in rows] == [(1, 0, 1)] * 6
+
+
 def test_rft_learns_the_rewarded_action(tmp_path):
     policy, envs, agent = bandit_run()
     before = p_east(policy)
@@ -258,7 +273,7 @@ def test_rft_bad_inputs_name_the_field(tmp_path):
         RFTOptions(explore=2)
     with pytest.raises(ValueError, match=r"train.gamma must be in \[0, 1\], got 1.5"):
         RFTOptions(gamma=1.5)
-    with pytest.raises(ValueError, match="train.advantage must be one of episode, step-group, got 'steps'"):
+    with pytest.raises(ValueError, match="train.advantage must be one of episode, step-group, plan, got 'steps'"):
         RFTOptions(advantage="steps")
     policy = Policy(tiny_scorer(), LoraOptions(lora_rank=2), seed=0)
     envs = [CandidateActions(Penalty(), texts=["a", "b"])]
@@ -308,7 +323,8 @@ RESUMED = textwrap.dedent("""
                 time.sleep(600)
             return original(*args, **kwargs)
         rft.play_round = play_round
-    options = RFTOptions(group=2, seeds_per_round=2, num_envs=2, updates=2, minibatch=2, learning_rate=0.02)
+    options = RFTOptions(group=2, seeds_per_round=2, num_envs=2, updates=2, minibatch=2, learning_rate=0.02,
+                         advantage="plan")
     run_rft(policy, envs, agent, options, sys.argv[2], env_steps=20, seed=1, progress=False)
     print("done", flush=True)
 """)
@@ -326,6 +342,8 @@ def test_rft_resumes_after_kill_and_trains_the_uninterrupted_adapter(tmp_path):
     child.wait()
     pointer = json.loads((out / "checkpoint.json").read_text())
     assert pointer["update"] == 2 and pointer["env_steps"] == 8
+    (state,) = pointer["transitions"]  # the bandit's one question, both actions, every step of the 8 kept
+    assert sum(visits for visits, _, _ in state["actions"].values()) == 8
     for folder in (out, straight):
         finished = subprocess.run([sys.executable, str(script), "fast", str(folder)], capture_output=True, text=True,
                                   timeout=600)

@@ -750,7 +750,7 @@ def test_learning_benchmark_reads_an_option_missing_from_an_older_run_at_its_def
     from jetgym.scripts.bench_learning import same_configuration
 
     older = {"algorithm": "rft", "options": {"group": 4}, "seed": 0}
-    newer = {"algorithm": "rft", "options": {"group": 4, "advantage": "episode"}, "seed": 1}
+    newer = {"algorithm": "rft", "options": {"group": 4, "advantage": "plan"}, "seed": 1}
     assert same_configuration([older, newer]) is None
     stepped = {"algorithm": "rft", "options": {"group": 4, "advantage": "step-group"}, "seed": 2}
     assert same_configuration([older, stepped]) == "run 2 differs from run 1 in 'options'"

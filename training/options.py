@@ -84,19 +84,21 @@ class SFTOptions:
 class RFTOptions:
     """Reward-filtered self-imitation (`jetgym.training.rft`): rounds of `group` episodes from each of
     `seeds_per_round` seeds on `num_envs` envs at a time; `keep` (`auto`, `success` or `top:F`); `explore`: the
-    largest uniform mixture of a group's episodes; `advantage`: `episode` (clone the kept episodes) or
-    `step-group` (also clone, at each question the round visited with several actions, the action of best mean
-    return to go when it beats the question's mean, weighted by that advantage); `gamma`: the discount of the
-    returns to go that compare actions (each episode is still kept by its whole return); `replay`: the most kept
-    decisions cloned; `updates`: optimizer steps per round (more when one pass over the pool takes more), on
-    minibatches of `minibatch` decisions drawn in shuffled passes over them."""
+    largest uniform mixture of a group's episodes; `advantage`: what is cloned besides the kept episodes: `plan`
+    (the default: at each question played with several actions in any round, the best one by value iteration on
+    every transition played, `jetgym.training.plan`), `episode` (nothing) or `step-group` (at each question the
+    round visited with several actions, the action of best mean return to go when it beats the question's mean,
+    weighted by that advantage); `gamma`: the discount of values and returns to go (each episode is still kept by
+    its whole return); `replay`: the most kept episode decisions pooled; `updates`: optimizer steps per round (more
+    when one pass over what is cloned takes more), on minibatches of `minibatch` decisions drawn in shuffled
+    passes over them."""
 
     group: int = 4
     seeds_per_round: int = 8
     num_envs: int = 8
     keep: str = "auto"
     explore: float = 1.0
-    advantage: str = "episode"
+    advantage: str = "plan"
     gamma: float = 0.95
     replay: int = 512
     updates: int = 16
@@ -115,7 +117,7 @@ class RFTOptions:
             raise ValueError(f"train.advantage must be one of {', '.join(ADVANTAGES)}, got {self.advantage!r}")
 
 
-ADVANTAGES = ("episode", "step-group")  # RFTOptions.advantage
+ADVANTAGES = ("episode", "step-group", "plan")  # RFTOptions.advantage
 
 
 OPTIONS = {"ppo": PPOOptions, "rft": RFTOptions, "sft": SFTOptions, "bc": SFTOptions}  # algorithm -> its options

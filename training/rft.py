@@ -22,6 +22,9 @@ every question the round visited with more than one action, the action of best m
 the question's mean (`step_groups`): a state that recurs across episodes compares its actions directly, even in
 episodes that were not kept. Its clone is weighted by that advantage over the spread of all the round's returns
 to go (at most 1), so an action that won by a hair, as by chance, weighs little.
+With `advantage=plan`, every transition of every round so far is planned on (`jetgym.training.plan`: value
+iteration on the empirical MDP whose states are the questions), and at each question played with more than one
+action the best one is cloned in place of the pool's (`with_planned`).
 Returns to go are discounted by `gamma` (default 0.95): on a long episode cut by a time limit, an undiscounted
 return to go mostly counts the steps left, whatever the action; discounted, it weighs what follows soon.
 Rounds go on until `env_steps` env steps have been played (the last round is cut there: in one process the
@@ -38,9 +41,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from jetgym.scorers import Question
-from jetgym.scorers.memo import question_key
 
 from .options import RFTOptions
+from .plan import state_key
 from .ppo import success_of
 
 
@@ -53,6 +56,7 @@ class Played:
     decisions: list[Question] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
     success: bool = False
+    terminated: bool = False
 
     @property
     def total(self) -> float:
@@ -114,7 +118,7 @@ def play_round(envs: Sequence[Any], agent, scorer, seeds: Sequence[int], options
             observation, reward, terminated, truncated, info = envs[k].step(candidates.actions[index])
             episode.rewards.append(float(reward))
             if terminated or truncated:
-                episode.success = success_of(info, reward)
+                episode.success, episode.terminated = success_of(info, reward), bool(terminated)
                 start(k)
             else:
                 slot["observation"], slot["candidates"] = observation, info["candidates"]
@@ -220,12 +224,6 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values)
 
 
-def state_key(decision: Question) -> bytes:
-    """The key of a decision's question, whatever action was taken."""
-    return question_key(Question(context=decision.context, candidates=decision.candidates, labels=decision.labels,
-                                 images=decision.images))
-
-
 class Pool:
     """The kept decisions cloned each round: one action per distinct question, the `size` most recently kept.
 
@@ -259,6 +257,12 @@ class Pool:
         return [{"context": k.decision.context, "candidates": list(k.decision.candidates),
                  "labels": list(k.decision.labels or ()), "gold": k.decision.gold, "return_to_go": k.return_to_go,
                  "steps_to_go": k.steps_to_go, "weight": k.weight} for k in self.items.values()]
+
+
+def with_planned(pool: Pool, planned: Sequence[Kept]) -> list[Kept]:
+    """What a round clones: the planned labels (`advantage=plan`), then the pool's decisions at other questions."""
+    keys = {state_key(k.decision) for k in planned}
+    return list(planned) + [k for k in pool.kept() if state_key(k.decision) not in keys]
 
 
 def kept_from_row(row: dict) -> Kept:

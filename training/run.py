@@ -283,6 +283,7 @@ def run_rft(policy, envs: Sequence[Any], agent, options: RFTOptions, output_dir:
     played; returns the summary. Under data parallelism each rank plays its share of a round's episodes (`envs`:
     one rank's envs) and every rank clones the same pool."""
     from . import rft
+    from .plan import Transitions
 
     if len(envs) < 1:
         raise ValueError("run_rft needs at least one env")
@@ -291,6 +292,7 @@ def run_rft(policy, envs: Sequence[Any], agent, options: RFTOptions, output_dir:
         optimizer, generator, state, rows = folder.start(policy, options.learning_rate, seed, shards, on_start)
         done, steps = state.get("update", 0), state.get("env_steps", 0)
         pool = rft.Pool(options.replay, state.get("pool", ()))
+        transitions = Transitions(state.get("transitions", ()))
         seen = dict(state.get("seen", {"episodes": 0, "kept": 0, "best_return": None, "success_signal": False}))
         bar = tqdm(total=env_steps, initial=min(steps, env_steps), unit="step", desc="rft",
                    disable=not (progress and shards.writer))
@@ -312,10 +314,16 @@ def run_rft(policy, envs: Sequence[Any], agent, options: RFTOptions, output_dir:
             kept = rft.kept_episodes(played, options.keep)
             stepped = rft.step_groups(played, options.gamma) if options.advantage == "step-group" else []
             new = pool.add([d for e in kept for d in rft.loop_erased(e, options.gamma)] + stepped)
+            planned = []
+            if options.advantage == "plan":
+                for episode in played:
+                    transitions.add(episode.decisions, episode.rewards, episode.terminated)
+                planned = [rft.Kept(label.decision, label.value, 0) for label in transitions.labels(options.gamma)]
+            cloned = rft.with_planned(pool, planned)
             rate = set_learning_rate(optimizer, learning_rate_at(options, steps, env_steps))
             losses = [sft_step(policy, optimizer, [k.decision for k in batch], options, autocast, shards,
                                [k.weight for k in batch])
-                      for batch in _minibatches(pool.kept(), options, generator)]
+                      for batch in _minibatches(cloned, options, generator)]
             done += 1
             played_steps = sum(len(e.rewards) for e in played)
             steps += played_steps
@@ -327,7 +335,8 @@ def run_rft(policy, envs: Sequence[Any], agent, options: RFTOptions, output_dir:
             row = {"update": done, "round": done, "env_steps": steps, "episodes": len(played),
                    "mean_return": sum(returns) / len(returns), "success_rate": sum(e.success for e in played) / len(played),
                    "best_return": max(returns), "kept_episodes": len(kept), "step_group_decisions": len(stepped),
-                   "new_decisions": new, "pool": len(pool.items),
+                   "planned_decisions": len(planned), "new_decisions": new, "pool": len(pool.items),
+                   "cloned": len(cloned),
                    "loss": round(sum(losses) / len(losses), 6) if losses else None, "learning_rate": rate, **counts,
                    "rollout_seconds": round(collected - begun, 3), "update_seconds": round(time.monotonic() - collected, 3),
                    "env_steps_per_second": round(played_steps / max(time.monotonic() - begun, 1e-9), 3)}
@@ -337,12 +346,13 @@ def run_rft(policy, envs: Sequence[Any], agent, options: RFTOptions, output_dir:
                 if done % checkpoint_every == 0 and steps < env_steps:
                     folder.save_checkpoint(policy, optimizer, {"update": done, "env_steps": steps, "seen": seen,
                                                                "pool": pool.rows(),
+                                                               "transitions": transitions.rows(),
                                                                "generator": generator.get_state().tolist()})
             bar.update(min(steps, env_steps) - bar.n)  # every rank's steps
             bar.set_postfix(round=done, steps_s=row["env_steps_per_second"], success=round(row["success_rate"], 3),
                             kept=len(kept))
         bar.close()
-        if not pool.items:
+        if not pool.items and not planned:
             raise ValueError(rft.nothing_kept(steps, seen["episodes"], seen["best_return"], options.keep,
                                               seen["success_signal"]))
         last = rows[-1] if rows else {}
