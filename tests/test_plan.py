@@ -92,3 +92,56 @@ def test_random_play_on_taxi_plans_the_optimal_actions():
               for label in labels]
     optimal = [q[s, a] >= q[s].max() - 1e-6 for s, a in picked]
     assert len(labels) > 200 and sum(optimal) >= 0.98 * len(labels), (len(labels), sum(optimal))
+
+
+def test_the_explorer_tries_what_was_never_played_and_heads_for_the_nearest_such_state():
+    transitions = Transitions()
+    assert transitions.explorer(0.9) == {}  # nothing played: any action will do
+    transitions.add([at("S", 0), at("M", 0)], [0, 0], terminated=True)  # S -x-> M -x-> the end
+    explorer = transitions.explorer(0.9)
+    assert explorer[state_key(at("S", 0))] == [1] and explorer[state_key(at("M", 0))] == [1]  # y: never played
+    transitions.add([at("S", 1)], [0], terminated=True)  # S's y ends at once; M's y is still untried
+    assert transitions.explorer(0.9)[state_key(at("S", 0))] == [0]  # towards M and its untried action
+    transitions.add([at("M", 1)], [0], terminated=True)
+    assert transitions.explorer(0.9)[state_key(at("S", 0))] == [0, 1]  # all played, all worth 0: either
+
+
+def play_tabular(env, transitions, rounds_steps: int, explore: bool, seed: int = 0) -> int:
+    """Rounds of 8 seeds x 4 episodes with no model: episode m draws uniformly with weight 1 - m/3 and, with weight
+    m/3, from the explorer's actions (uniformly from all when `explore` is off); returns the episodes that won."""
+    rng, steps, won, round_ = np.random.default_rng(seed), 0, 0, 0
+    n = env.action_space.n
+    while steps < rounds_steps:
+        explorer = transitions.explorer(0.95) if explore else {}
+        played = []
+        for member in [m for _ in range(8) for m in range(4)]:
+            observation, _ = env.reset(seed=1000 * round_ + len(played) // 4)
+            decisions, rewards, terminated, truncated = [], [], False, False
+            while not (terminated or truncated):
+                question = Question(context=f"state {observation}", candidates=[str(a) for a in range(n)])
+                towards = explorer.get(state_key(question), list(range(n)))
+                p = (1 - member / 3) * np.ones(n) / n
+                p[towards] += member / 3 / len(towards)
+                action = int(rng.choice(n, p=p / p.sum()))
+                decisions.append(Question(context=question.context, candidates=question.candidates, gold=action))
+                observation, reward, terminated, truncated, _ = env.step(action)
+                rewards.append(float(reward))
+            played.append((decisions, rewards, terminated))
+            won += rewards[-1] > 0
+            steps += len(rewards)
+        for episode in played:
+            transitions.add(*episode)
+        round_ += 1
+    return won
+
+
+def test_the_explorer_finds_a_goal_that_uniform_play_misses():
+    """FrozenLake 8x8 without slides: no reward but at the goal, 200-step episodes. 8,000 steps of uniform play
+    never reach it; the explorer's (no model either way) do, and then every state on the way gets a label."""
+    def env():
+        return gym.make("FrozenLake-v1", map_name="8x8", is_slippery=False, max_episode_steps=200)
+
+    uniform, explored = Transitions(), Transitions()
+    assert play_tabular(env(), uniform, 8000, explore=False) == 0 and uniform.labels(0.95) == []
+    assert play_tabular(env(), explored, 8000, explore=True) > 0
+    assert len(explored.labels(0.95)) > 40

@@ -281,8 +281,11 @@ def test_rft_bad_inputs_name_the_field(tmp_path):
     with pytest.raises(ValueError, match=r"algorithm=rft kept no episode in 8 env steps \(8 episodes, best return -1\): "
                                          r"the env reported no info\['is_success'\] and no episode ended on a positive "
                                          r"reward, so train.keep=success keeps nothing; use train.keep=auto"):
-        run_rft(policy, envs, agent, RFTOptions(group=4, seeds_per_round=2, num_envs=1, keep="success"), tmp_path / "s",
-                env_steps=8, progress=False)
+        run_rft(policy, envs, agent, RFTOptions(group=4, seeds_per_round=2, num_envs=1, keep="success",
+                                                advantage="episode"), tmp_path / "s", env_steps=8, progress=False)
+    planned = run_rft(policy, envs, agent, RFTOptions(group=4, seeds_per_round=2, num_envs=1, keep="success"),
+                      tmp_path / "plan", env_steps=8, progress=False)
+    assert planned["kept_episodes"] == 0  # no episode kept, but planning valued both actions: something to clone
     summary = run_rft(policy, envs, agent, RFTOptions(group=4, seeds_per_round=2, num_envs=1), tmp_path / "auto",
                       env_steps=8, progress=False)
     assert summary["kept_episodes"] >= 1  # auto keeps the better episodes of a group without success

@@ -52,9 +52,11 @@ class Transitions:
 
     def __init__(self, rows: Iterable[dict] = ()):
         self.edges: dict[bytes, dict[int, Edge]] = {}
+        self.width: dict[bytes, int] = {}  # each state's number of candidates
         self.questions: dict[bytes, Question] = {}  # kept once a state has been played with two actions
         for row in rows:
             key = bytes.fromhex(row["state"])
+            self.width[key] = row["width"]
             self.edges[key] = {int(a): Edge(v, r, {bytes.fromhex(n): c for n, c in nxt.items()})
                                for a, (v, r, nxt) in row["actions"].items()}
             if row.get("question"):
@@ -66,6 +68,7 @@ class Transitions:
         """One episode's steps (gold: the action taken)."""
         keys = [state_key(d) for d in decisions] + [TERMINAL]
         for t in range(len(decisions) if terminated else len(decisions) - 1):
+            self.width[keys[t]] = len(decisions[t].candidates or ())
             actions = self.edges.setdefault(keys[t], {})
             edge = actions.setdefault(int(decisions[t].gold), Edge())
             edge.visits += 1
@@ -74,9 +77,13 @@ class Transitions:
             if len(actions) > 1 and keys[t] not in self.questions:
                 self.questions[keys[t]] = replace(decisions[t], gold=None)
 
-    def values(self, gamma: float, tolerance: float = 1e-6, max_sweeps: int = 10_000) -> dict[bytes, dict[int, float]]:
-        """Each played (state, action)'s value under value iteration (stops when no value moves by `tolerance`)."""
-        states = {key: i + 1 for i, key in enumerate(self.edges)}  # 0: terminal
+    def values(self, gamma: float, untried: float | None = None, tolerance: float = 1e-6,
+               max_sweeps: int = 10_000) -> dict[bytes, dict[int, float]]:
+        """Each played (state, action)'s value under value iteration (until no value moves by `tolerance`).
+        `untried`: the value of an action never played, so that a state with one, or never left, is worth at
+        least that (optimism, for exploring); None: a state is worth its best played action, one never left 0."""
+        keys = list(self.edges)
+        states = {key: i + 1 for i, key in enumerate(keys)}  # 0: terminal, and with untried=None never left
         pairs = [(key, action, edge) for key, actions in self.edges.items() for action, edge in actions.items()]
         owner = np.array([states[key] for key, _, _ in pairs], dtype=np.int64)
         reward = np.array([e.reward / e.visits for _, _, e in pairs])
@@ -84,16 +91,21 @@ class Transitions:
         for i, (_, _, edge) in enumerate(pairs):
             for key, count in edge.next.items():
                 source.append(i)
-                target.append(states.get(key, 0))  # a state never acted from (a cut episode's last) counts as 0
+                target.append(states.get(key, 0 if key == TERMINAL or untried is None else len(states) + 1))
                 weight.append(count / edge.visits)
         source_, target_, weight_ = np.array(source, dtype=np.int64), np.array(target, dtype=np.int64), np.array(weight)
-        value = np.zeros(len(states) + 1)
+        floor = np.full(len(states) + 2, -np.inf)  # what a state is worth whatever was played there
+        floor[0] = 0.0
+        if untried is not None:
+            floor[-1] = untried
+            floor[1:-1][[len(self.edges[key]) < self.width[key] for key in keys]] = untried
+        value = np.where(np.isfinite(floor), floor, 0.0)
         q = reward
         for _ in range(max_sweeps):
             q = reward + gamma * np.bincount(source_, weights=weight_ * value[target_], minlength=len(pairs))
-            best = np.full(len(states) + 1, -np.inf)
+            best = floor.copy()
             np.maximum.at(best, owner, q)
-            best[0] = 0.0
+            best[np.isinf(best)] = 0.0
             moved = float(np.max(np.abs(best - value)))
             value = best
             if moved < tolerance:
@@ -101,6 +113,22 @@ class Transitions:
         out: dict[bytes, dict[int, float]] = {}
         for (key, action, _), v in zip(pairs, q):
             out.setdefault(key, {})[action] = float(v)
+        return out
+
+    def explorer(self, gamma: float) -> dict[bytes, list[int]]:
+        """At each state played so far, the actions an optimistic explorer takes: those of best value when every
+        action never played is worth one more than the best value of any played one (so the explorer heads for
+        the nearest state with an untried action, and tries it). A state not listed is new: any action will do."""
+        known = self.values(gamma)
+        if not known:
+            return {}
+        untried = max(v for actions in known.values() for v in actions.values()) + 1
+        optimistic = self.values(gamma, untried)
+        out = {}
+        for key, width in self.width.items():
+            values = [optimistic[key].get(a, untried) for a in range(width)]
+            top = max(values)
+            out[key] = [a for a, v in enumerate(values) if v >= top - 1e-9]
         return out
 
     def labels(self, gamma: float) -> list[Label]:
@@ -120,7 +148,7 @@ class Transitions:
         """The transitions as JSON rows (checkpoints)."""
         rows = []
         for key, actions in self.edges.items():
-            row: dict = {"state": key.hex(), "actions": {str(a): [e.visits, e.reward, {n.hex(): c for n, c in e.next.items()}]
+            row: dict = {"state": key.hex(), "width": self.width[key], "actions": {str(a): [e.visits, e.reward, {n.hex(): c for n, c in e.next.items()}]
                                                          for a, e in actions.items()}}
             question = self.questions.get(key)
             if question is not None:

@@ -24,7 +24,8 @@ episodes that were not kept. Its clone is weighted by that advantage over the sp
 to go (at most 1), so an action that won by a hair, as by chance, weighs little.
 With `advantage=plan`, every transition of every round so far is planned on (`jetgym.training.plan`: value
 iteration on the empirical MDP whose states are the questions), and at each question played with more than one
-action the best one is cloned in place of the pool's (`with_planned`).
+action the best one is cloned in place of the pool's (`with_planned`); the exploring share of step 1's draws goes
+to the actions of an optimistic explorer planned on the same transitions (`Transitions.explorer`).
 Returns to go are discounted by `gamma` (default 0.95): on a long episode cut by a time limit, an undiscounted
 return to go mostly counts the steps left, whatever the action; discounted, it weighs what follows soon.
 Rounds go on until `env_steps` env steps have been played (the last round is cut there: in one process the
@@ -76,10 +77,13 @@ def explore_of(member: int, options: RFTOptions) -> float:
 
 def play_round(envs: Sequence[Any], agent, scorer, seeds: Sequence[int], options: RFTOptions, temperature: float,
                episode_seed: int, budget: int | None = None,
-               on_steps: Callable[[int], None] | None = None) -> list[Played]:
+               on_steps: Callable[[int], None] | None = None,
+               explorer: dict[bytes, list[int]] | None = None) -> list[Played]:
     """`options.group` episodes of every seed, played `len(envs)` at a time; in (seed, member) order. `budget`:
     the most env steps to play; when it runs out, the episodes under way end there (cut, as by a time limit) and
-    the ones not begun are left out. `on_steps(n)`: called after each batch of decisions with its env steps."""
+    the ones not begun are left out. `on_steps(n)`: called after each batch of decisions with its env steps.
+    `explorer` (`plan.Transitions.explorer`): at the questions it lists, the exploring share of a draw goes to its
+    actions (elsewhere, to every candidate alike)."""
     todo = [(s, m) for s in seeds for m in range(options.group)]
     played = [Played(s, m) for s, m in todo]
     slots: list[dict | None] = [None] * len(envs)
@@ -110,7 +114,8 @@ def play_round(envs: Sequence[Any], agent, scorer, seeds: Sequence[int], options
             steps += 1
             slot = slots[k]
             candidates = slot["candidates"]
-            index = sample(decision.corrected, temperature, slot["explore"], slot["rng"])
+            towards = explorer.get(state_key(question)) if explorer else None
+            index = sample(decision.corrected, temperature, slot["explore"], slot["rng"], towards)
             agent.record(candidates.texts[index], k)
             episode = played[slot["index"]]
             episode.decisions.append(Question(context=question.context, candidates=question.candidates,
@@ -127,11 +132,17 @@ def play_round(envs: Sequence[Any], agent, scorer, seeds: Sequence[int], options
     return [episode for episode in played if episode.decisions]
 
 
-def sample(scores: Sequence[float], temperature: float, explore: float, rng: np.random.Generator) -> int:
-    """A draw from softmax(scores / temperature) mixed with weight `explore` with the uniform distribution."""
+def sample(scores: Sequence[float], temperature: float, explore: float, rng: np.random.Generator,
+           towards: Sequence[int] | None = None) -> int:
+    """A draw from softmax(scores / temperature) mixed with weight `explore` with the uniform distribution over
+    the candidates `towards` (None: all of them)."""
     scaled = np.array(scores, dtype=np.float64) / temperature
     q = np.exp(scaled - scaled.max())
-    p = (1 - explore) * q / q.sum() + explore / len(q)
+    p = (1 - explore) * q / q.sum()
+    if towards is None:
+        p += explore / len(q)
+    else:
+        p[list(towards)] += explore / len(towards)
     return int(rng.choice(len(p), p=p / p.sum()))
 
 

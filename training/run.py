@@ -306,8 +306,9 @@ def run_rft(policy, envs: Sequence[Any], agent, options: RFTOptions, output_dir:
             seeds = rft.round_seeds(seed, done, options)
             mine = [seeds[i] for i in shards.mine(len(seeds))]
             budget = None if shards.ranks.world_size > 1 else env_steps - steps  # ranks: whole rounds
+            explorer = transitions.explorer(options.gamma) if options.advantage == "plan" else None
             played = [e for part in shards.gather(rft.play_round(envs, agent, policy.scorer, mine, options, temperature,
-                                                                 seed, budget, advance)) for e in part]
+                                                                 seed, budget, advance, explorer)) for e in part]
             played.sort(key=lambda e: (e.seed, e.member))
             counts = memo_counts(policy)
             collected = time.monotonic()
