@@ -383,7 +383,8 @@ def evaluate_play(folders: list[Path], summaries: list[dict], args, parser) -> N
                f"{sum(s['seconds_this_process'] for s in summaries) / len(summaries) / 60:.1f} min per run on average)")
         curve_line = ("Learning curve of training seed " + str(summary["seed"]) + " (success rate of each round's "
                       "sampled episodes, exploring ones included; env steps: success): "
-                      + ", ".join(f"{r['env_steps']}: {r['success_rate']:.2f}" for r in log) + ".")
+                      + ", ".join(f"{r['env_steps']}: {r['success_rate']:.2f}" for r in log
+                                  if r.get("success_rate") is not None) + ".")
     else:
         floor = run["train"].get("min_return")
         merged = run.get("unique")

@@ -117,9 +117,26 @@ def test_a_round_reports_its_steps_as_they_are_played_and_stops_at_the_budget():
     assert reported == [2, 2, 1]  # one call per batch of decisions (two envs), the last cut by the budget
 
 
+def test_episodes_cut_by_the_budget_are_marked_and_the_round_row_leaves_them_out(tmp_path):
+    policy = Policy(tiny_scorer(), LoraOptions(lora_rank=4, lora_alpha=8), seed=0)
+    envs = [CandidateActions(gym.wrappers.TimeLimit(MisleadingRooms(), 6)) for _ in range(2)]
+    agent = make_agent("scorer", scorer=policy.scorer, task="Find.", describer=lambda o: str(o), policy="sample")
+    options = RFTOptions(group=2, seeds_per_round=2, num_envs=2)
+    played = rft.play_round(envs, agent, policy.scorer, [1, 2], options, 1.0, 0, budget=9)
+    assert sum(len(e.rewards) for e in played) == 9
+    assert all(e.ended == (len(e.rewards) == 6 or e.rewards[-1] == 1) for e in played)
+    assert any(not e.ended for e in played)
+    run_rft(policy, envs, agent, options, tmp_path, env_steps=9, progress=False)
+    (row,) = rows_of(tmp_path)
+    assert row["cut_episodes"] >= 1
+    if row["cut_episodes"] == row["episodes"]:  # nothing ended: no return or success to report, not 0
+        assert row["mean_return"] is row["success_rate"] is row["best_return"] is None
+
+
 def test_keep_rules_select_within_each_group():
     def group(seed, returns, successes=None):
-        return [rft.Played(seed, m, rewards=[r], success=bool(successes and successes[m])) for m, r in enumerate(returns)]
+        return [rft.Played(seed, m, rewards=[r], success=bool(successes and successes[m]), ended=True)
+                for m, r in enumerate(returns)]
 
     assert rft.keep_group(group(0, [1, 1, 1, 1], [1, 1, 1, 1]), "auto") == []  # one return: nothing to learn
     mixed = group(0, [0, 1, 0, 1], [0, 1, 0, 1])
@@ -131,6 +148,8 @@ def test_keep_rules_select_within_each_group():
     assert [e.member for e in rft.keep_group(graded, "top:1")] == [1, 2, 3]  # never the group's worst
     assert rft.keep_group(graded, "success") == []
     assert [(e.seed, e.member) for e in rft.kept_episodes(mixed + graded, "auto")] == [(0, 1), (0, 3), (1, 1)]
+    cut = rft.Played(1, 4, rewards=[0])  # the budget cut it after one step: its return is not comparable
+    assert [(e.seed, e.member) for e in rft.kept_episodes(graded + [cut], "auto")] == [(1, 1)]
 
 
 def test_the_pool_keeps_one_action_per_question_the_one_with_the_best_continuation():

@@ -58,6 +58,7 @@ class Played:
     rewards: list[float] = field(default_factory=list)
     success: bool = False
     terminated: bool = False
+    ended: bool = False  # terminated or truncated by the env (not cut by the budget)
 
     @property
     def total(self) -> float:
@@ -123,7 +124,7 @@ def play_round(envs: Sequence[Any], agent, scorer, seeds: Sequence[int], options
             observation, reward, terminated, truncated, info = envs[k].step(candidates.actions[index])
             episode.rewards.append(float(reward))
             if terminated or truncated:
-                episode.success, episode.terminated = success_of(info, reward), bool(terminated)
+                episode.success, episode.terminated, episode.ended = success_of(info, reward), bool(terminated), True
                 start(k)
             else:
                 slot["observation"], slot["candidates"] = observation, info["candidates"]
@@ -160,9 +161,10 @@ def keep_group(episodes: Sequence[Played], keep: str) -> list[Played]:
 
 
 def kept_episodes(played: Sequence[Played], keep: str) -> list[Played]:
-    """`keep_group` over every seed's group."""
+    """`keep_group` over every seed's group, of the episodes that ended (one cut by the budget is not compared: its
+    return is that of fewer steps)."""
     groups: dict[int, list[Played]] = {}
-    for episode in played:
+    for episode in (e for e in played if e.ended):
         groups.setdefault(episode.seed, []).append(episode)
     return [e for group in groups.values() for e in keep_group(group, keep)]
 

@@ -328,14 +328,19 @@ def run_rft(policy, envs: Sequence[Any], agent, options: RFTOptions, output_dir:
             done += 1
             played_steps = sum(len(e.rewards) for e in played)
             steps += played_steps
-            returns = [e.total for e in played]
+            ended = [e for e in played if e.ended]  # not the ones the budget cut
+            returns = [e.total for e in ended]
             seen["episodes"] += len(played)
             seen["kept"] += len(kept)
-            seen["best_return"] = max(returns + ([seen["best_return"]] if seen["best_return"] is not None else []))
+            seen["best_return"] = max(returns + ([seen["best_return"]] if seen["best_return"] is not None else []),
+                                      default=None)
             seen["success_signal"] = seen["success_signal"] or any(e.success for e in played)
             row = {"update": done, "round": done, "env_steps": steps, "episodes": len(played),
-                   "mean_return": sum(returns) / len(returns), "success_rate": sum(e.success for e in played) / len(played),
-                   "best_return": max(returns), "kept_episodes": len(kept), "step_group_decisions": len(stepped),
+                   "cut_episodes": len(played) - len(ended),
+                   "mean_return": sum(returns) / len(returns) if ended else None,
+                   "success_rate": sum(e.success for e in ended) / len(ended) if ended else None,
+                   "best_return": max(returns, default=None), "kept_episodes": len(kept),
+                   "step_group_decisions": len(stepped),
                    "planned_decisions": len(planned), "new_decisions": new, "pool": len(pool.items),
                    "cloned": len(cloned),
                    "loss": round(sum(losses) / len(losses), 6) if losses else None, "learning_rate": rate, **counts,
@@ -350,13 +355,13 @@ def run_rft(policy, envs: Sequence[Any], agent, options: RFTOptions, output_dir:
                                                                "transitions": transitions.rows(),
                                                                "generator": generator.get_state().tolist()})
             bar.update(min(steps, env_steps) - bar.n)  # every rank's steps
-            bar.set_postfix(round=done, steps_s=row["env_steps_per_second"], success=round(row["success_rate"], 3),
+            bar.set_postfix(round=done, steps_s=row["env_steps_per_second"], success=row["success_rate"] and round(row["success_rate"], 3),
                             kept=len(kept))
         bar.close()
         if not pool.items and not planned:
             raise ValueError(rft.nothing_kept(steps, seen["episodes"], seen["best_return"], options.keep,
                                               seen["success_signal"]))
-        last = rows[-1] if rows else {}
+        last = next((row for row in reversed(rows) if row["success_rate"] is not None), {})
         summary = {"algorithm": "rft", "rounds": done, "env_steps": steps, "seed": seed,
                    "ranks": shards.ranks.world_size, "seconds_this_process": round(time.monotonic() - started, 3),
                    "config": folder.config, "kept_episodes": seen["kept"], "episodes": seen["episodes"],
