@@ -224,33 +224,22 @@ def test_weighted_cloning_scales_each_questions_loss_and_gradient():
     assert all(torch.allclose(a * 2, b, atol=1e-6) for a, b in zip(grad_1, grad_half))
 
 
-def test_step_group_advantages_learn_where_no_episode_is_kept(tmp_path):
-    """Penalty has no success, so keep=success keeps no episode; its one state compares the two actions."""
+@pytest.mark.parametrize("advantage, counts", [("step-group", ("step_group_decisions", 1, "pool", 1)),
+                                               ("plan", ("planned_decisions", 1, "pool", 0))])
+def test_step_level_advantages_learn_where_no_episode_is_kept(tmp_path, advantage, counts):
+    """Penalty has no success, so keep=success keeps no episode; its one state compares the two actions (in the
+    round's episodes with step-group, in every transition played with plan)."""
     policy = Policy(tiny_scorer(), LoraOptions(lora_rank=4, lora_alpha=8), seed=0)
     envs = [CandidateActions(Penalty(), texts=["go west", "go east"]) for _ in range(2)]
     agent = make_agent("scorer", scorer=policy.scorer, task="Choose.", describer=lambda o: "here", policy="sample")
     before = p_east(policy)
     options = RFTOptions(group=4, seeds_per_round=2, num_envs=2, updates=4, minibatch=4, learning_rate=0.02,
-                         keep="success", advantage="step-group")
+                         keep="success", advantage=advantage)
     summary = run_rft(policy, envs, agent, options, tmp_path, env_steps=48, progress=False)
     assert p_east(policy) > 0.9 > before + 0.2, (before, p_east(policy))
     assert summary["kept_episodes"] == 0
-    assert [r["step_group_decisions"] for r in rows_of(tmp_path)][:1] == [1] and rows_of(tmp_path)[-1]["pool"] == 1
-
-
-def test_planned_advantages_learn_where_no_episode_is_kept(tmp_path):
-    """The same Penalty env, `advantage=plan`: the transitions played so far value both actions of its one state."""
-    policy = Policy(tiny_scorer(), LoraOptions(lora_rank=4, lora_alpha=8), seed=0)
-    envs = [CandidateActions(Penalty(), texts=["go west", "go east"]) for _ in range(2)]
-    agent = make_agent("scorer", scorer=policy.scorer, task="Choose.", describer=lambda o: "here", policy="sample")
-    before = p_east(policy)
-    options = RFTOptions(group=4, seeds_per_round=2, num_envs=2, updates=4, minibatch=4, learning_rate=0.02,
-                         keep="success", advantage="plan")
-    summary = run_rft(policy, envs, agent, options, tmp_path, env_steps=48, progress=False)
-    assert p_east(policy) > 0.9 > before + 0.2, (before, p_east(policy))
-    assert summary["kept_episodes"] == 0
-    rows = rows_of(tmp_path)
-    assert [(r["planned_decisions"], r["pool"], r["cloned"]) for r in rows] == [(1, 0, 1)] * 6
+    first, last = rows_of(tmp_path)[0], rows_of(tmp_path)[-1]
+    assert (counts[0], first[counts[0]], counts[2], last[counts[2]]) == counts and last["cloned"] == 1
 
 
 def test_rft_learns_the_rewarded_action(tmp_path):
