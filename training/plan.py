@@ -148,8 +148,9 @@ class Transitions:
         """The transitions as JSON rows (checkpoints)."""
         rows = []
         for key, actions in self.edges.items():
-            row: dict = {"state": key.hex(), "width": self.width[key], "actions": {str(a): [e.visits, e.reward, {n.hex(): c for n, c in e.next.items()}]
-                                                         for a, e in actions.items()}}
+            row: dict = {"state": key.hex(), "width": self.width[key],
+                         "actions": {str(a): [e.visits, e.reward, {n.hex(): c for n, c in e.next.items()}]
+                                     for a, e in actions.items()}}
             question = self.questions.get(key)
             if question is not None:
                 row["question"] = {"context": question.context, "candidates": list(question.candidates),

@@ -355,8 +355,9 @@ def run_rft(policy, envs: Sequence[Any], agent, options: RFTOptions, output_dir:
                                                                "transitions": transitions.rows(),
                                                                "generator": generator.get_state().tolist()})
             bar.update(min(steps, env_steps) - bar.n)  # every rank's steps
-            bar.set_postfix(round=done, steps_s=row["env_steps_per_second"], success=row["success_rate"] and round(row["success_rate"], 3),
-                            kept=len(kept))
+            success = row["success_rate"]
+            bar.set_postfix(round=done, steps_s=row["env_steps_per_second"],
+                            success=None if success is None else round(success, 3), kept=len(kept))
         bar.close()
         if not pool.items and not planned:
             raise ValueError(rft.nothing_kept(steps, seen["episodes"], seen["best_return"], options.keep,
