@@ -54,6 +54,7 @@ class Transitions:
         self.edges: dict[bytes, dict[int, Edge]] = {}
         self.width: dict[bytes, int] = {}  # each state's number of candidates
         self.questions: dict[bytes, Question] = {}  # kept once a state has been played with two actions
+        self._planned: tuple[float, dict[bytes, dict[int, float]]] | None = None  # (gamma, values) since the last add
         for row in rows:
             key = bytes.fromhex(row["state"])
             self.width[key] = row["width"]
@@ -66,6 +67,7 @@ class Transitions:
 
     def add(self, decisions: Sequence[Question], rewards: Sequence[float], terminated: bool) -> None:
         """One episode's steps (gold: the action taken)."""
+        self._planned = None
         keys = [state_key(d) for d in decisions] + [TERMINAL]
         for t in range(len(decisions) if terminated else len(decisions) - 1):
             self.width[keys[t]] = len(decisions[t].candidates or ())
@@ -115,11 +117,17 @@ class Transitions:
             out.setdefault(key, {})[action] = float(v)
         return out
 
+    def planned(self, gamma: float) -> dict[bytes, dict[int, float]]:
+        """`values(gamma)`, computed once between two `add`s (a round's labels and the next round's explorer)."""
+        if self._planned is None or self._planned[0] != gamma:
+            self._planned = (gamma, self.values(gamma))
+        return self._planned[1]
+
     def explorer(self, gamma: float) -> dict[bytes, list[int]]:
         """At each state played so far, the actions an optimistic explorer takes: those of best value when every
         action never played is worth one more than the best value of any played one (so the explorer heads for
         the nearest state with an untried action, and tries it). A state not listed is new: any action will do."""
-        known = self.values(gamma)
+        known = self.planned(gamma)
         if not known:
             return {}
         untried = max(v for actions in known.values() for v in actions.values()) + 1
@@ -134,7 +142,7 @@ class Transitions:
     def labels(self, gamma: float) -> list[Label]:
         """At every state played with more than one action whose values differ, the best action (ties: the
         lowest index)."""
-        values = self.values(gamma)
+        values = self.planned(gamma)
         out = []
         for key, question in self.questions.items():
             actions = values[key]
