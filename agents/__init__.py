@@ -10,5 +10,16 @@ from .describers import DESCRIBERS, available_describers, make_describer, regist
 from .rollout import rollout
 from . import baselines, describers_minigrid, scoring  # noqa: F401  (register the agents and the minigrid describer)
 
-__all__ = ["Act", "Agent", "AgentBase", "AGENTS", "DESCRIBERS", "available_agents", "available_describers",
-           "make_agent", "make_describer", "register_describer", "rollout"]
+__all__ = [
+    "Act",
+    "Agent",
+    "AgentBase",
+    "AGENTS",
+    "DESCRIBERS",
+    "available_agents",
+    "available_describers",
+    "make_agent",
+    "make_describer",
+    "register_describer",
+    "rollout",
+]

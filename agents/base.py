@@ -22,10 +22,16 @@ class Act:
     usage: Mapping[str, int] | None = None
 
     def to_dict(self) -> dict:
-        return {"index": self.index, "action": self.action, "label": self.label, "text": self.text,
-                "probs": None if self.probs is None else list(self.probs),
-                "logprobs": None if self.logprobs is None else list(self.logprobs),
-                "question": self.question, "usage": None if self.usage is None else dict(self.usage)}
+        return {
+            "index": self.index,
+            "action": self.action,
+            "label": self.label,
+            "text": self.text,
+            "probs": None if self.probs is None else list(self.probs),
+            "logprobs": None if self.logprobs is None else list(self.logprobs),
+            "question": self.question,
+            "usage": None if self.usage is None else dict(self.usage),
+        }
 
 
 class Agent(Protocol):
@@ -38,8 +44,9 @@ class Agent(Protocol):
 
     def act(self, observation: Any, candidates: Any, slot: int = 0) -> Act: ...
 
-    def act_many(self, observations: Sequence[Any], candidate_sets: Sequence[Any],
-                 slots: Sequence[int] | None = None) -> list[Act]: ...
+    def act_many(
+        self, observations: Sequence[Any], candidate_sets: Sequence[Any], slots: Sequence[int] | None = None
+    ) -> list[Act]: ...
 
 
 class AgentBase:
@@ -49,8 +56,9 @@ class AgentBase:
     def act(self, observation: Any, candidates: Any, slot: int = 0) -> Act:
         return self.act_many([observation], [candidates], [slot])[0]
 
-    def act_many(self, observations: Sequence[Any], candidate_sets: Sequence[Any],
-                 slots: Sequence[int] | None = None) -> list[Act]:
+    def act_many(
+        self, observations: Sequence[Any], candidate_sets: Sequence[Any], slots: Sequence[int] | None = None
+    ) -> list[Act]:
         slots = check_batch(observations, candidate_sets, slots)
         return [self.act_one(o, c, s) for o, c, s in zip(observations, candidate_sets, slots)]
 
@@ -62,8 +70,10 @@ def check_batch(observations: Sequence[Any], candidate_sets: Sequence[Any], slot
     """The slots of a batch (default 0..K-1); ValueError when the lengths differ or a slot repeats."""
     slots = list(range(len(observations))) if slots is None else [int(s) for s in slots]
     if not len(observations) == len(candidate_sets) == len(slots):
-        raise ValueError(f"act_many needs one candidate set and one slot per observation, got {len(observations)} "
-                         f"observations, {len(candidate_sets)} candidate sets, {len(slots)} slots")
+        raise ValueError(
+            f"act_many needs one candidate set and one slot per observation, got {len(observations)} "
+            f"observations, {len(candidate_sets)} candidate sets, {len(slots)} slots"
+        )
     if len(set(slots)) != len(slots):
         raise ValueError(f"act_many slots must be distinct (one per sub-env), got {slots}")
     return slots
@@ -89,7 +99,9 @@ def make_agent(name: str, **options) -> Agent:
             hint = " (build one with jetgym.scorers.make_scorer)" if key == "scorer" else ""
             raise ValueError(f"agent {name!r} needs {key}, got None{hint}")
     if name == "scorer" and not hasattr(options.get("scorer"), "decide_many"):
-        raise TypeError(f"agent 'scorer' needs a scorer with decide_many (a jetgym scorer), got {type(options.get('scorer')).__name__}")
+        raise TypeError(
+            f"agent 'scorer' needs a scorer with decide_many (a jetgym scorer), got {type(options.get('scorer')).__name__}"
+        )
     return agent
 
 

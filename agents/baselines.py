@@ -51,8 +51,10 @@ class FixedAgent(AgentBase):
         for names in (candidates.labels, candidates.texts):
             if self.control in names:
                 return _act(candidates, list(names).index(self.control))
-        raise ValueError(f"control {self.control!r} is not an admissible candidate here; admissible: "
-                         + ", ".join(f"{label} ({text!r})" for label, text in zip(candidates.labels, candidates.texts)))
+        raise ValueError(
+            f"control {self.control!r} is not an admissible candidate here; admissible: "
+            + ", ".join(f"{label} ({text!r})" for label, text in zip(candidates.labels, candidates.texts))
+        )
 
 
 @AGENTS.register("scripted")
@@ -100,8 +102,10 @@ class ScriptedAgent(AgentBase):
                 self.bots[slot] = BabyAIExpert(self.minigrid[slot])
             return _act(candidates, list(candidates.actions).index(self.bots[slot].action()))
         if not (isinstance(observation, dict) and {"screen", "status"} <= set(observation)):
-            raise ValueError(f"the scripted agent plays {EXPERT_ENVS} only (observation['screen'] and ['status'], "
-                             f"or a Taxi, FrozenLake or BabyAI env); use agent=scorer or agent=random on other envs")
+            raise ValueError(
+                f"the scripted agent plays {EXPERT_ENVS} only (observation['screen'] and ['status'], "
+                f"or a Taxi, FrozenLake or BabyAI env); use agent=scorer or agent=random on other envs"
+            )
         if slot not in self.doom:
             self.doom[slot] = DoomExpert(self.aim)
         label = self.doom[slot].label(observation)
@@ -176,9 +180,18 @@ class FrozenLakePlan:
         states, actions = len(transitions), len(transitions[0])
         value = np.zeros(states)
         while True:
-            worth = np.array([[sum(p * (reward + (0.0 if done else gamma * value[after]))
-                                   for p, after, reward, done in transitions[s][a]) for a in range(actions)]
-                              for s in range(states)])
+            worth = np.array(
+                [
+                    [
+                        sum(
+                            p * (reward + (0.0 if done else gamma * value[after]))
+                            for p, after, reward, done in transitions[s][a]
+                        )
+                        for a in range(actions)
+                    ]
+                    for s in range(states)
+                ]
+            )
             best = worth.max(axis=1)
             if np.max(np.abs(best - value)) < tolerance:
                 break

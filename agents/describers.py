@@ -19,6 +19,7 @@ map of FrozenLake) is read.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -36,10 +37,24 @@ COMPONENT_NAMES: dict[str, tuple[str, ...]] = {
     "MountainCar": ("position", "velocity"),
     "MountainCarContinuous": ("position", "velocity"),
     "Pendulum": ("cos(angle)", "sin(angle)", "angular velocity"),
-    "Acrobot": ("cos(theta1)", "sin(theta1)", "cos(theta2)", "sin(theta2)", "theta1 angular velocity",
-                "theta2 angular velocity"),
-    "LunarLander": ("x", "y", "x velocity", "y velocity", "angle", "angular velocity", "left leg contact",
-                    "right leg contact"),
+    "Acrobot": (
+        "cos(theta1)",
+        "sin(theta1)",
+        "cos(theta2)",
+        "sin(theta2)",
+        "theta1 angular velocity",
+        "theta2 angular velocity",
+    ),
+    "LunarLander": (
+        "x",
+        "y",
+        "x velocity",
+        "y velocity",
+        "angle",
+        "angular velocity",
+        "left leg contact",
+        "right leg contact",
+    ),
 }
 
 
@@ -84,8 +99,13 @@ def array_text(values, digits: int = 4, names=None) -> str:
         return ", ".join(f"{name} {part}" for name, part in zip(names, parts))
     if np.asarray(values).ndim == 0:
         return parts[0]
-    return "[" + ", ".join(parts) + "]" if np.asarray(values).ndim == 1 else str(
-        np.array2string(np.asarray(values), separator=", ", formatter={"all": lambda v: number_text(v, digits)}))
+    return (
+        "[" + ", ".join(parts) + "]"
+        if np.asarray(values).ndim == 1
+        else str(
+            np.array2string(np.asarray(values), separator=", ", formatter={"all": lambda v: number_text(v, digits)})
+        )
+    )
 
 
 def is_image(space) -> bool:
@@ -117,19 +137,23 @@ def infer_space(observation):
         return spaces.Box(np.iinfo(np.int64).min, np.iinfo(np.int64).max, array.shape, np.int64)
     if array.dtype.kind == "f":
         return spaces.Box(-np.inf, np.inf, array.shape, array.dtype)
-    raise TypeError(f"cannot tell which observation space {type(observation).__name__} values come from: "
-                    "pass observation_space= or env= to the agent, or describer=<callable>")
+    raise TypeError(
+        f"cannot tell which observation space {type(observation).__name__} values come from: "
+        "pass observation_space= or env= to the agent, or describer=<callable>"
+    )
 
 
 def _no_fit(space, name: str | None = None) -> str:
     which = f"describer {name!r} does not fit" if name else "no describer fits"
     size = int(np.prod(space.shape)) if type(space).__name__ == "Box" and space.shape is not None else 0
     why = f" ({size} numbers are too many to read out)" if size > MAX_NUMBERS and not is_image(space) else ""
-    return (f"{which} the observation space {space}{why}: pass describer=<callable(observation) -> str> (or register "
-            f"one with jetgym.agents.describers.register_describer), give the env a describe(observation) method, "
-            f"or wrap it so the observation is Discrete/Box/MultiDiscrete/MultiBinary/Text/Tuple/Dict "
-            f"(images: perception=describe or screenshot=true with a vision-language model); "
-            f"describers: {', '.join(available_describers())}")
+    return (
+        f"{which} the observation space {space}{why}: pass describer=<callable(observation) -> str> (or register "
+        f"one with jetgym.agents.describers.register_describer), give the env a describe(observation) method, "
+        f"or wrap it so the observation is Discrete/Box/MultiDiscrete/MultiBinary/Text/Tuple/Dict "
+        f"(images: perception=describe or screenshot=true with a vision-language model); "
+        f"describers: {', '.join(available_describers())}"
+    )
 
 
 def value_text(space, value, perception: str = "describe", digits: int = 4, names=None) -> str:
@@ -140,8 +164,10 @@ def value_text(space, value, perception: str = "describe", digits: int = 4, name
         return number_text(value)
     if is_image(space):
         if perception != "describe":
-            raise ValueError(f"an image observation {space} needs perception=describe (a sentence from its pixels) "
-                             "or screenshot=true with a vision-language model")
+            raise ValueError(
+                f"an image observation {space} needs perception=describe (a sentence from its pixels) "
+                "or screenshot=true with a vision-language model"
+            )
         from jetgym.envs.vizdoom.perception import describe
 
         return describe(_rgb(np.asarray(value)))
@@ -186,7 +212,7 @@ def _describable(space) -> bool:
 
 
 # --- env facts (single or vector env) -----------------------------------------------------------------------
-_PROBES: "weakref.WeakKeyDictionary" = None  # vector env -> a single env of the same id (async vector envs)
+_PROBES: weakref.WeakKeyDictionary | None = None  # vector env -> a single env of the same id (async vector envs)
 
 
 def representative(env):
@@ -198,8 +224,6 @@ def representative(env):
         return env
     if getattr(env, "envs", None):
         return env.envs[0]
-    import weakref
-
     import gymnasium
 
     if _PROBES is None:
@@ -208,7 +232,11 @@ def representative(env):
         spec = getattr(env, "spec", None)
         if spec is None:
             return None
-        kwargs = {k: v for k, v in spec.kwargs.items() if k not in ("num_envs", "vectorization_mode", "vector_kwargs", "wrappers")}
+        kwargs = {
+            k: v
+            for k, v in spec.kwargs.items()
+            if k not in ("num_envs", "vectorization_mode", "vector_kwargs", "wrappers")
+        }
         _PROBES[env] = gymnasium.make(spec.id, **kwargs)
     return _PROBES[env]
 
@@ -286,12 +314,18 @@ def frozenlake(space, env=None, perception: str = "describe", digits: int = 4) -
 
     def text(observation) -> str:
         r, c = divmod(int(observation), ncol)
-        grid = "\n".join("".join("X" if (i, j) == (r, c) else ch for j, ch in enumerate(row)) for i, row in enumerate(rows))
-        around = ", ".join(f"{name} {tile(r + dr, c + dc)}" for name, (dr, dc) in
-                           (("left", (0, -1)), ("down", (1, 0)), ("right", (0, 1)), ("up", (-1, 0))))
-        return (f"Map (X you, S start, F frozen, H hole, G goal):\n{grid}\n"
-                f"You are at row {r}, column {c} (from the top left, counting from 0) on a {tile(r, c)} tile. "
-                f"Next to you: {around}.")
+        grid = "\n".join(
+            "".join("X" if (i, j) == (r, c) else ch for j, ch in enumerate(row)) for i, row in enumerate(rows)
+        )
+        around = ", ".join(
+            f"{name} {tile(r + dr, c + dc)}"
+            for name, (dr, dc) in (("left", (0, -1)), ("down", (1, 0)), ("right", (0, 1)), ("up", (-1, 0)))
+        )
+        return (
+            f"Map (X you, S start, F frozen, H hole, G goal):\n{grid}\n"
+            f"You are at row {r}, column {c} (from the top left, counting from 0) on a {tile(r, c)} tile. "
+            f"Next to you: {around}."
+        )
 
     return text
 
@@ -323,8 +357,12 @@ def taxi(space, env=None, perception: str = "describe", digits: int = 4) -> Desc
             lines.append("The passenger is in the taxi.")
         else:
             pname, prow, pcol = TAXI_STOPS[passenger]
-            lines.append(f"The passenger waits at {pname} (row {prow}, column {pcol}): {_offset(prow - row, pcol - col)} of the taxi.")
-        lines.append(f"The destination is {name} (row {drow}, column {dcol}): {_offset(drow - row, dcol - col)} of the taxi.")
+            lines.append(
+                f"The passenger waits at {pname} (row {prow}, column {pcol}): {_offset(prow - row, pcol - col)} of the taxi."
+            )
+        lines.append(
+            f"The destination is {name} (row {drow}, column {dcol}): {_offset(drow - row, dcol - col)} of the taxi."
+        )
         return "\n".join(lines)
 
     return text
@@ -365,15 +403,23 @@ def _spaces(name):
     return kind
 
 
-for _name, _space in (("discrete", "Discrete"), ("box", "Box"), ("multi_discrete", "MultiDiscrete"),
-                      ("multi_binary", "MultiBinary"), ("text", "Text"), ("tuple", "Tuple"), ("dict", "Dict")):
+for _name, _space in (
+    ("discrete", "Discrete"),
+    ("box", "Box"),
+    ("multi_discrete", "MultiDiscrete"),
+    ("multi_binary", "MultiBinary"),
+    ("text", "Text"),
+    ("tuple", "Tuple"),
+    ("dict", "Dict"),
+):
     _fits, _build = _generic(_spaces(_space))
     register_describer(_name, _fits, generic=True)(_build)
 
 
 # --- choosing one ---------------------------------------------------------------------------------------------
-def make_describer(spec: str | Describe = "auto", space=None, env=None, perception: str = "describe",
-                   digits: int = 4) -> Describe:
+def make_describer(
+    spec: str | Describe = "auto", space=None, env=None, perception: str = "describe", digits: int = 4
+) -> Describe:
     """The describer for `space` (default: the env's observation space, or its sub-env's for a vector env)."""
     if callable(spec):
         return spec

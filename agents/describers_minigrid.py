@@ -63,7 +63,9 @@ def describe_view(observation: Any, max_items: int = MAX_ITEMS) -> str:
     """The mission, heading, what the agent carries and what it sees, relative to itself (see the module notes)."""
     image = np.asarray(observation["image"])
     if image.ndim != 3 or image.shape[0] != image.shape[1] or image.shape[0] % 2 == 0 or image.shape[2] != 3:
-        raise ValueError(f"describer 'minigrid' needs observation['image'] of shape (k, k, 3) with k odd, got {image.shape}")
+        raise ValueError(
+            f"describer 'minigrid' needs observation['image'] of shape (k, k, 3) with k odd, got {image.shape}"
+        )
     size = image.shape[0]
     me_x, me_y = size // 2, size - 1
     direction = int(np.asarray(observation["direction"]).item())
@@ -94,8 +96,11 @@ def describe_view(observation: Any, max_items: int = MAX_ITEMS) -> str:
     things += [(distance, ahead, across, "a wall") for distance, ahead, across in nearest_wall.values()]
     things.sort(key=lambda t: (t[0], abs(t[2]), t[2]))  # nearest first; at equal distance the straighter
     if things:
-        lines.append("You see: " + "; ".join(f"{text} {cell_place(ahead, across)}"
-                                              for _, ahead, across, text in things[:max_items]) + ".")
+        lines.append(
+            "You see: "
+            + "; ".join(f"{text} {cell_place(ahead, across)}" for _, ahead, across, text in things[:max_items])
+            + "."
+        )
     else:
         lines.append("You see nothing but empty floor.")
     return "\n".join(lines)
@@ -109,8 +114,14 @@ def fits_minigrid(space, env) -> bool:
         return False
     image, direction = space["image"], space["direction"]
     shape = getattr(image, "shape", None) or ()
-    return (len(shape) == 3 and shape[0] == shape[1] and shape[0] % 2 == 1 and shape[2] == 3
-            and isinstance(direction, spaces.Discrete) and int(direction.n) == 4)
+    return (
+        len(shape) == 3
+        and shape[0] == shape[1]
+        and shape[0] % 2 == 1
+        and shape[2] == 3
+        and isinstance(direction, spaces.Discrete)
+        and int(direction.n) == 4
+    )
 
 
 @register_describer("minigrid", fits_minigrid)

@@ -20,11 +20,18 @@ def recent_text(recent: Sequence[str]) -> str:
     return "Your last actions: " + (", ".join(recent) if recent else "none yet") + "."
 
 
-def question_text(task: str, observation: str, recent: Sequence[str], candidates: Sequence[str], memory: int = 1) -> str:
+def question_text(
+    task: str, observation: str, recent: Sequence[str], candidates: Sequence[str], memory: int = 1
+) -> str:
     """The user message of one decision: task, observation text (one or more lines), recent actions (when
     `memory` > 0), controls."""
-    lines = [task.strip(), observation.strip(), recent_text(recent) if memory else "",
-             "Controls: " + ", ".join(candidates) + ".", QUESTION]
+    lines = [
+        task.strip(),
+        observation.strip(),
+        recent_text(recent) if memory else "",
+        "Controls: " + ", ".join(candidates) + ".",
+        QUESTION,
+    ]
     return "\n".join(line for line in lines if line)
 
 
@@ -33,8 +40,9 @@ def check_examples(examples) -> tuple[tuple[str, str], ...]:
     pairs = []
     for i, example in enumerate(examples or ()):
         if isinstance(example, str) or len(example) != 2 or not all(isinstance(t, str) and t.strip() for t in example):
-            raise ValueError(f"examples[{i}] must be an [observation text, control text] pair of non-empty texts, "
-                             f"got {example!r}")
+            raise ValueError(
+                f"examples[{i}] must be an [observation text, control text] pair of non-empty texts, got {example!r}"
+            )
         pairs.append((example[0].strip(), example[1].strip()))
     return tuple(pairs)
 
@@ -44,12 +52,20 @@ def check_example_controls(examples: Sequence[tuple[str, str]], controls: Sequen
     masked candidates), naming the example and the controls."""
     for i, (observed, control) in enumerate(examples):
         if control not in controls:
-            raise ValueError(f"env.examples[{i}]: the control {control!r} (for {observed!r}) is not one of {env_name}'s "
-                             f"controls ({', '.join(controls)}); write one of them")
+            raise ValueError(
+                f"env.examples[{i}]: the control {control!r} (for {observed!r}) is not one of {env_name}'s "
+                f"controls ({', '.join(controls)}); write one of them"
+            )
 
 
-def question_messages(task: str, observation: str, recent: Sequence[str], candidates: Sequence[str],
-                      examples: Sequence[tuple[str, str]], memory: int) -> list[dict]:
+def question_messages(
+    task: str,
+    observation: str,
+    recent: Sequence[str],
+    candidates: Sequence[str],
+    examples: Sequence[tuple[str, str]],
+    memory: int,
+) -> list[dict]:
     """The chat of one decision with worked examples (see the module notes); recent actions join the last
     user turn when `memory` > 0. An example's control need not be admissible at this step (a mask may remove it
     here): it is checked once against the env's full action set (`check_example_controls`)."""

@@ -27,9 +27,11 @@ def _candidates(info: dict):
     try:
         return info["candidates"]
     except KeyError:
-        raise ValueError("the env puts no candidate set in info['candidates']: wrap it with "
-                         "jetgym.envs.candidates.CandidateActions(env, texts=[...]) (vector envs: "
-                         "jetgym.envs.candidates.make_vector_env)") from None
+        raise ValueError(
+            "the env puts no candidate set in info['candidates']: wrap it with "
+            "jetgym.envs.candidates.CandidateActions(env, texts=[...]) (vector envs: "
+            "jetgym.envs.candidates.make_vector_env)"
+        ) from None
 
 
 def _frame(env):
@@ -41,30 +43,67 @@ def _status(info: dict) -> Optional[dict]:
     status = info.get("status")
     if status is None:
         return None
-    return {name: (int(v) if float(v).is_integer() else float(v)) for name, v in
-            ((name, np.asarray(value).item()) for name, value in status.items())}
-
-
-def _row(number: int, seed: Optional[int], step: int, act, candidates, seen, reward: float, total: float,
-         terminated: bool, truncated: bool) -> dict:
     return {
-        "episode": number, "seed": seed, "step": step, "action": act.label, "text": act.text,
-        "probs": None if act.probs is None else dict(zip(candidates.labels, act.probs)),
-        "question": act.question, "status": seen, "reward": float(reward), "return": total,
-        "terminated": bool(terminated), "truncated": bool(truncated),
+        name: (int(v) if float(v).is_integer() else float(v))
+        for name, v in ((name, np.asarray(value).item()) for name, value in status.items())
     }
 
 
-def _episode(number: int, seed: Optional[int], total: float, steps: int, info: dict, terminated: bool,
-             truncated: bool, thinking: float, started: float) -> dict:
+def _row(
+    number: int,
+    seed: Optional[int],
+    step: int,
+    act,
+    candidates,
+    seen,
+    reward: float,
+    total: float,
+    terminated: bool,
+    truncated: bool,
+) -> dict:
+    return {
+        "episode": number,
+        "seed": seed,
+        "step": step,
+        "action": act.label,
+        "text": act.text,
+        "probs": None if act.probs is None else dict(zip(candidates.labels, act.probs)),
+        "question": act.question,
+        "status": seen,
+        "reward": float(reward),
+        "return": total,
+        "terminated": bool(terminated),
+        "truncated": bool(truncated),
+    }
+
+
+def _episode(
+    number: int,
+    seed: Optional[int],
+    total: float,
+    steps: int,
+    info: dict,
+    terminated: bool,
+    truncated: bool,
+    thinking: float,
+    started: float,
+) -> dict:
     final = _status(info)
     return {
-        "episode": number, "seed": seed, "return": total, "length": steps,
-        "kills": None if final is None else final.get("kills"), "final_status": final,
-        "end": info.get("truncated_reason") or info.get("terminated_reason") or ("terminated" if terminated else "truncated"),
-        "terminated": bool(terminated), "truncated": bool(truncated),
+        "episode": number,
+        "seed": seed,
+        "return": total,
+        "length": steps,
+        "kills": None if final is None else final.get("kills"),
+        "final_status": final,
+        "end": info.get("truncated_reason")
+        or info.get("terminated_reason")
+        or ("terminated" if terminated else "truncated"),
+        "terminated": bool(terminated),
+        "truncated": bool(truncated),
         "is_success": None if "is_success" not in info else bool(info["is_success"]),
-        "engine_restarts": int(info.get("engine_restarts", 0)), "decision_seconds": round(thinking, 4),
+        "engine_restarts": int(info.get("engine_restarts", 0)),
+        "decision_seconds": round(thinking, 4),
         "decisions_per_second": steps / thinking if thinking > 0 else None,
         "wall_seconds": round(time.monotonic() - started, 4),
     }
@@ -83,13 +122,23 @@ def _state_key(obs) -> Any:
 def _time_limit(env) -> int:
     limit = getattr(getattr(env, "spec", None), "max_episode_steps", None)
     if not limit:
-        raise ValueError("stop_loops needs an env with a time limit (gymnasium.make(..., max_episode_steps=N)): a "
-                         "loop without one never ends")
+        raise ValueError(
+            "stop_loops needs an env with a time limit (gymnasium.make(..., max_episode_steps=N)): a "
+            "loop without one never ends"
+        )
     return int(limit)
 
 
-def play(env, agent, seed: int, number: int = 0, on_step: StepHook | None = None,
-         on_end: StepHook | None = None, progress: bool = False, stop_loops: bool = False) -> dict:
+def play(
+    env,
+    agent,
+    seed: int,
+    number: int = 0,
+    on_step: StepHook | None = None,
+    on_end: StepHook | None = None,
+    progress: bool = False,
+    stop_loops: bool = False,
+) -> dict:
     """One seeded episode; returns its summary (return, length, end reason, decision time).
 
     stop_loops: for a deterministic env whose observation is its whole state, played by an agent whose choice
@@ -111,7 +160,7 @@ def play(env, agent, seed: int, number: int = 0, on_step: StepHook | None = None
         if stop_loops:
             key = _state_key(obs)
             if key in visited:
-                loop, rest = rewards[visited[key]:], limit - step
+                loop, rest = rewards[visited[key] :], limit - step
                 total += sum(loop[k % len(loop)] for k in range(rest))
                 truncated = True
                 break
@@ -157,8 +206,15 @@ def _split(space, batch) -> list:
     return list(iterate(space, batch))
 
 
-def play_vector(envs, agent, episodes: int, seed: int = 0, on_step: StepHook | None = None,
-                on_end: StepHook | None = None, progress: bool = False) -> list[dict]:
+def play_vector(
+    envs,
+    agent,
+    episodes: int,
+    seed: int = 0,
+    on_step: StepHook | None = None,
+    on_end: StepHook | None = None,
+    progress: bool = False,
+) -> list[dict]:
     """`episodes` episodes on the K sub-envs of a vector env, one `agent.act_many` call per vector step."""
     from gymnasium.vector import AutoresetMode
 
@@ -168,8 +224,10 @@ def play_vector(envs, agent, episodes: int, seed: int = 0, on_step: StepHook | N
         raise ValueError(f"unknown autoreset mode {mode!r}")
     act_many = getattr(agent, "act_many", None)
     if act_many is None:
-        raise TypeError(f"{type(agent).__name__} has no act_many(observations, candidate_sets, slots): "
-                        "a vector env needs an agent that keeps one memory per sub-env (jetgym.agents.base.AgentBase)")
+        raise TypeError(
+            f"{type(agent).__name__} has no act_many(observations, candidate_sets, slots): "
+            "a vector env needs an agent that keeps one memory per sub-env (jetgym.agents.base.AgentBase)"
+        )
     numbers: list[Optional[int]] = [i if i < episodes else None for i in range(k)]
     seeds: list[Optional[int]] = [seed + i for i in range(k)]
     upcoming = min(k, episodes)
@@ -203,8 +261,18 @@ def play_vector(envs, agent, episodes: int, seed: int = 0, on_step: StepHook | N
         for i, act in zip(active, acts):
             totals[i] += float(rewards[i])
             done = bool(terminations[i] or truncations[i])
-            row = _row(numbers[i], seeds[i], steps[i], act, sets[i], seen[i], rewards[i], totals[i],
-                       terminations[i], truncations[i])
+            row = _row(
+                numbers[i],
+                seeds[i],
+                steps[i],
+                act,
+                sets[i],
+                seen[i],
+                rewards[i],
+                totals[i],
+                terminations[i],
+                truncations[i],
+            )
             row["env"] = i
             if on_step is not None:
                 on_step(row, None)
@@ -214,8 +282,17 @@ def play_vector(envs, agent, episodes: int, seed: int = 0, on_step: StepHook | N
             final = slot_info(info, i)
             if mode == AutoresetMode.SAME_STEP:
                 final = slot_info(info.get("final_info", {}), i)
-            episode = _episode(numbers[i], seeds[i], totals[i], steps[i], final, terminations[i], truncations[i],
-                               thinking[i], started[i])
+            episode = _episode(
+                numbers[i],
+                seeds[i],
+                totals[i],
+                steps[i],
+                final,
+                terminations[i],
+                truncations[i],
+                thinking[i],
+                started[i],
+            )
             episode["env"] = i
             finished[numbers[i]] = episode
             if on_end is not None:
@@ -252,9 +329,17 @@ def play_vector(envs, agent, episodes: int, seed: int = 0, on_step: StepHook | N
     return [finished[n] for n in sorted(finished)]
 
 
-def rollout(env, agent, episodes: int = 1, seed: int = 0, on_step: StepHook | None = None,
-            on_end: StepHook | None = None, progress: bool = True, numbers: list[int] | None = None,
-            stop_loops: bool = False) -> list[dict]:
+def rollout(
+    env,
+    agent,
+    episodes: int = 1,
+    seed: int = 0,
+    on_step: StepHook | None = None,
+    on_end: StepHook | None = None,
+    progress: bool = True,
+    numbers: list[int] | None = None,
+    stop_loops: bool = False,
+) -> list[dict]:
     """Play `episodes` episodes with seeds seed, seed+1, ...; returns one summary dict per episode, in order.
 
     on_step(step_row, frame) after every decision; on_end(episode_row, last_frame) after every episode.
@@ -271,5 +356,7 @@ def rollout(env, agent, episodes: int = 1, seed: int = 0, on_step: StepHook | No
             raise ValueError("stop_loops plays one env at a time: pass a single env, not a vector env")
         return play_vector(env, agent, episodes, seed, on_step, on_end, progress)
     numbers = range(episodes) if numbers is None else numbers
-    return [play(env, agent, seed + number, number, on_step, on_end, progress and len(numbers) == 1, stop_loops)
-            for number in tqdm(numbers, desc="episodes", unit="ep", disable=not progress or len(numbers) <= 1)]
+    return [
+        play(env, agent, seed + number, number, on_step, on_end, progress and len(numbers) == 1, stop_loops)
+        for number in tqdm(numbers, desc="episodes", unit="ep", disable=not progress or len(numbers) <= 1)
+    ]

@@ -56,9 +56,21 @@ class ScorerAgent:
     once per agent: every decision scores all of them.
     """
 
-    def __init__(self, scorer, task: str | None = None, memory: int = 0, describer: str | Callable = "auto",
-                 perception: Perception = "describe", policy: Policy = "argmax", temperature: float = 1.0,
-                 screenshot: bool = False, env=None, observation_space=None, digits: int = 4, examples=()):
+    def __init__(
+        self,
+        scorer,
+        task: str | None = None,
+        memory: int = 0,
+        describer: str | Callable = "auto",
+        perception: Perception = "describe",
+        policy: Policy = "argmax",
+        temperature: float = 1.0,
+        screenshot: bool = False,
+        env=None,
+        observation_space=None,
+        digits: int = 4,
+        examples=(),
+    ):
         check_agent_options(perception, policy, memory, temperature)
         if digits < 1:
             raise ValueError(f"digits must be >= 1, got {digits}")
@@ -69,7 +81,9 @@ class ScorerAgent:
         self.examples = check_examples(examples)
         self._spec, self._env = describer, env
         if not (callable(describer) or isinstance(describer, str)):
-            raise TypeError(f"describer must be a name or a callable observation -> str, got {type(describer).__name__}")
+            raise TypeError(
+                f"describer must be a name or a callable observation -> str, got {type(describer).__name__}"
+            )
         space = observation_space
         if space is None and env is not None:
             space = getattr(env, "single_observation_space", None) or env.observation_space
@@ -102,11 +116,14 @@ class ScorerAgent:
         images = _images(observation) if self.screenshot else ()
         if len(candidates.texts) > MANY_CANDIDATES and not self.warned_many:
             self.warned_many = True
-            warnings.warn(f"a question with {len(candidates.texts)} candidates (more than {MANY_CANDIDATES}): every "
-                          f"decision scores all of them (with hundreds, tens of seconds a decision on a CPU); to go "
-                          f"faster, play an env that admits fewer actions (a text game with fewer rooms and "
-                          f"objects), place the model on a GPU (placement.device=cuda) or use a smaller model "
-                          f"(model.spec)", stacklevel=2)
+            warnings.warn(
+                f"a question with {len(candidates.texts)} candidates (more than {MANY_CANDIDATES}): every "
+                f"decision scores all of them (with hundreds, tens of seconds a decision on a CPU); to go "
+                f"faster, play an env that admits fewer actions (a text game with fewer rooms and "
+                f"objects), place the model on a GPU (placement.device=cuda) or use a smaller model "
+                f"(model.spec)",
+                stacklevel=2,
+            )
         return Question(context=text, candidates=candidates.texts, labels=candidates.labels, images=images)
 
     def record(self, text: str, slot: int = 0) -> None:
@@ -117,8 +134,9 @@ class ScorerAgent:
     def act(self, observation, candidates, slot: int = 0) -> Act:
         return self.act_many([observation], [candidates], [slot])[0]
 
-    def act_many(self, observations: Sequence[Any], candidate_sets: Sequence[Any],
-                 slots: Sequence[int] | None = None) -> list[Act]:
+    def act_many(
+        self, observations: Sequence[Any], candidate_sets: Sequence[Any], slots: Sequence[int] | None = None
+    ) -> list[Act]:
         """One `scorer.decide_many` call for the whole batch (one question per sub-env)."""
         slots = check_batch(observations, candidate_sets, slots)
         if not slots:
@@ -131,8 +149,16 @@ class ScorerAgent:
         index = decision.choice if self.policy == "argmax" else self._sample(decision.corrected, slot)
         self.record(candidates.texts[index], slot)
         usage = decision.usage.to_dict() if hasattr(decision.usage, "to_dict") else None
-        return Act(index, candidates.actions[index], candidates.labels[index], candidates.texts[index],
-                   tuple(decision.probs), tuple(decision.logprobs), question.context, usage)
+        return Act(
+            index,
+            candidates.actions[index],
+            candidates.labels[index],
+            candidates.texts[index],
+            tuple(decision.probs),
+            tuple(decision.logprobs),
+            question.context,
+            usage,
+        )
 
     def _sample(self, logprobs, slot: int) -> int:
         scaled = [lp / self.temperature for lp in logprobs]

@@ -69,8 +69,10 @@ def check_env_id(env_id: str, imports=()) -> None:
     import gymnasium
 
     if not isinstance(env_id, str) or not env_id.strip():
-        raise ValueError("env.id is empty: set env.id=<a registered Gymnasium id, EnvId or module:EnvId> "
-                         "(env=gym is the generic config and names no env)")
+        raise ValueError(
+            "env.id is empty: set env.id=<a registered Gymnasium id, EnvId or module:EnvId> "
+            "(env=gym is the generic config and names no env)"
+        )
     register_envs()
     module, name = split_env_id(env_id)
     import_env_modules(imports)
@@ -79,8 +81,12 @@ def check_env_id(env_id: str, imports=()) -> None:
     if name not in gymnasium.registry:
         close = difflib.get_close_matches(name, list(gymnasium.registry), n=3)
         hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
-        more = ("" if module or imports else " An env package that registers its ids on import is named in the id "
-                "(env.id=<package>:<EnvId>, e.g. minigrid:BabyAI-GoToRedBall-v0) or in env.imports=[<package>].")
+        more = (
+            ""
+            if module or imports
+            else " An env package that registers its ids on import is named in the id "
+            "(env.id=<package>:<EnvId>, e.g. minigrid:BabyAI-GoToRedBall-v0) or in env.imports=[<package>]."
+        )
         raise ValueError(f"unknown env.id {env_id!r}: not a registered Gymnasium id.{hint}{more}")
 
 

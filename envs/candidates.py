@@ -35,8 +35,11 @@ from gymnasium import spaces
 from .minigrid import ACTION_LABELS as MINIGRID_ACTION_LABELS, ACTION_TEXTS as MINIGRID_ACTION_TEXTS, is_minigrid
 
 AutoReset = Literal["disabled", "next_step", "same_step"]
-AUTORESET_MODES = {"disabled": gym.vector.AutoresetMode.DISABLED, "next_step": gym.vector.AutoresetMode.NEXT_STEP,
-                   "same_step": gym.vector.AutoresetMode.SAME_STEP}
+AUTORESET_MODES = {
+    "disabled": gym.vector.AutoresetMode.DISABLED,
+    "next_step": gym.vector.AutoresetMode.NEXT_STEP,
+    "same_step": gym.vector.AutoresetMode.SAME_STEP,
+}
 
 
 @dataclass(frozen=True)
@@ -58,13 +61,18 @@ class CandidateSet:
         if any(not isinstance(t, str) or not t for t in self.texts):
             raise ValueError(f"every candidate text must be a non-empty string, got {list(self.texts)}")
         if len(set(self.texts)) != len(self.texts) or len(set(self.labels)) != len(self.labels):
-            raise ValueError(f"candidate texts and labels must be distinct, got {list(self.texts)} / {list(self.labels)}")
+            raise ValueError(
+                f"candidate texts and labels must be distinct, got {list(self.texts)} / {list(self.labels)}"
+            )
 
     def subset(self, mask: np.ndarray) -> "CandidateSet":
         """The candidates whose entry of `mask` (one per candidate, in order) is nonzero."""
         keep = [i for i, allowed in enumerate(mask) if allowed]
-        return CandidateSet(tuple(self.texts[i] for i in keep), tuple(self.labels[i] for i in keep),
-                            tuple(self.actions[i] for i in keep))
+        return CandidateSet(
+            tuple(self.texts[i] for i in keep),
+            tuple(self.labels[i] for i in keep),
+            tuple(self.actions[i] for i in keep),
+        )
 
 
 def _no_candidates() -> CandidateSet:
@@ -77,8 +85,9 @@ def _no_candidates() -> CandidateSet:
 NO_CANDIDATES = _no_candidates()  # a terminated or truncated step of a text game that lists no command
 
 
-def action_texts(env: gym.Env, n: int, texts: Sequence[str] | None = None,
-                 labels: Sequence[str] | None = None) -> tuple[list[str], list[str]]:
+def action_texts(
+    env: gym.Env, n: int, texts: Sequence[str] | None = None, labels: Sequence[str] | None = None
+) -> tuple[list[str], list[str]]:
     """(texts, labels) of the `n` actions: the argument, the env's `controls`, `get_action_meanings()`, or a fallback."""
     if texts is None and is_minigrid(env):
         texts = list(MINIGRID_ACTION_TEXTS)
@@ -94,23 +103,30 @@ def action_texts(env: gym.Env, n: int, texts: Sequence[str] | None = None,
             texts = [name.lower().replace("_", " ") for name in names]
             labels = names if labels is None else labels
         else:
-            warnings.warn(f"{env_name(env)} has no action texts (no `controls`, no get_action_meanings()): the "
-                          f"candidates are 'action 0' ... 'action {n - 1}', which tell a language model nothing; pass "
-                          f"texts=[...] (CLI: 'env.action_texts=[...]')", stacklevel=3)
+            warnings.warn(
+                f"{env_name(env)} has no action texts (no `controls`, no get_action_meanings()): the "
+                f"candidates are 'action 0' ... 'action {n - 1}', which tell a language model nothing; pass "
+                f"texts=[...] (CLI: 'env.action_texts=[...]')",
+                stacklevel=3,
+            )
             texts = [f"action {i}" for i in range(n)]
     texts = [str(t) for t in texts]
     labels = [str(i) for i in range(n)] if labels is None else [str(label) for label in labels]
     if len(texts) != n:
-        raise ValueError(f"{len(texts)} candidate texts for {n} actions: {env_name(env)} has {n} actions, so "
-                         f"env.action_texts (texts= in Python) needs exactly {n} texts, one per action in order")
+        raise ValueError(
+            f"{len(texts)} candidate texts for {n} actions: {env_name(env)} has {n} actions, so "
+            f"env.action_texts (texts= in Python) needs exactly {n} texts, one per action in order"
+        )
     if len(labels) != n:
         raise ValueError(f"{len(labels)} candidate labels for {n} actions")
     for what, values in (("texts", texts), ("labels", labels)):
         repeated = sorted({value for value in values if values.count(value) > 1})
         if repeated:
-            raise ValueError(f"the {n} action {what} of {env_name(env)} must be distinct, but {repeated[0]!r} is given "
-                             f"{values.count(repeated[0])} times in {values}: give each action its own text "
-                             f"(env.action_texts, texts= in Python)")
+            raise ValueError(
+                f"the {n} action {what} of {env_name(env)} must be distinct, but {repeated[0]!r} is given "
+                f"{values.count(repeated[0])} times in {values}: give each action its own text "
+                f"(env.action_texts, texts= in Python)"
+            )
     return texts, labels
 
 
@@ -124,8 +140,10 @@ def _control_texts(env: gym.Env, controls: Any, n: int) -> tuple[list[str], list
     named = [isinstance(getattr(c, "text", None), str) and hasattr(c, "label") for c in controls]
     wrong = [c for c, ok in zip(controls, named) if not ok and not isinstance(c, str)]
     if wrong:
-        raise ValueError(f"{where} must be a list of control texts ({kinds}), but holds {wrong[0]!r} "
-                         f"({type(wrong[0]).__name__}) in {controls!r}")
+        raise ValueError(
+            f"{where} must be a list of control texts ({kinds}), but holds {wrong[0]!r} "
+            f"({type(wrong[0]).__name__}) in {controls!r}"
+        )
     if any(named) and not all(named):
         raise ValueError(f"{where} mixes strings and objects with .text and .label in {controls!r}: use one kind")
     texts = [c.text for c in controls] if any(named) else controls
@@ -134,8 +152,10 @@ def _control_texts(env: gym.Env, controls: Any, n: int) -> tuple[list[str], list
     if empty:
         raise ValueError(f"{where} gives control {empty[0]} an empty text in {texts!r}: every action needs a text")
     if len(texts) != n:
-        raise ValueError(f"{where} lists {len(texts)} controls but the action space {env.action_space} has {n} "
-                         f"actions: give one control per action, in order (or env.action_texts, texts= in Python)")
+        raise ValueError(
+            f"{where} lists {len(texts)} controls but the action space {env.action_space} has {n} "
+            f"actions: give one control per action, in order (or env.action_texts, texts= in Python)"
+        )
     return list(texts), list(labels)
 
 
@@ -170,12 +190,19 @@ class CandidateActions(gym.Wrapper):
     (this wrapper's resets before the current episode's: 0 for the first, as steps.jsonl numbers episodes when
     one env plays them all; a vector env counts per sub-env) and `steps` (the env steps since that reset)."""
 
-    def __init__(self, env: gym.Env, texts: Sequence[str] | None = None, labels: Sequence[str] | None = None,
-                 commands: str | None = None):
+    def __init__(
+        self,
+        env: gym.Env,
+        texts: Sequence[str] | None = None,
+        labels: Sequence[str] | None = None,
+        commands: str | None = None,
+    ):
         if isinstance(env, gym.vector.VectorEnv) or hasattr(env, "num_envs"):
-            raise TypeError("CandidateActions wraps single envs: wrap each sub-env, e.g. "
-                            "jetgym.envs.candidates.make_vector_env(env_id, num_envs, texts=[...]) or "
-                            "gymnasium.make_vec(env_id, num_envs, wrappers=[lambda e: CandidateActions(e, texts)])")
+            raise TypeError(
+                "CandidateActions wraps single envs: wrap each sub-env, e.g. "
+                "jetgym.envs.candidates.make_vector_env(env_id, num_envs, texts=[...]) or "
+                "gymnasium.make_vec(env_id, num_envs, wrappers=[lambda e: CandidateActions(e, texts)])"
+            )
         super().__init__(env)
         if commands is None and isinstance(env.action_space, spaces.Text):
             commands = COMMANDS_KEY
@@ -183,22 +210,31 @@ class CandidateActions(gym.Wrapper):
         self.episode, self.steps = -1, 0
         if commands is not None:
             if not isinstance(commands, str) or not commands:
-                raise ValueError(f"commands must name the info key that lists the admissible commands, got {commands!r}")
+                raise ValueError(
+                    f"commands must name the info key that lists the admissible commands, got {commands!r}"
+                )
             if texts is not None or labels is not None:
-                raise ValueError(f"{env_name(env)} takes text commands: its candidates are the commands it lists in "
-                                 f"info[{commands!r}] at every step, so texts=/labels= do not apply (CLI: leave "
-                                 "env.action_texts null)")
+                raise ValueError(
+                    f"{env_name(env)} takes text commands: its candidates are the commands it lists in "
+                    f"info[{commands!r}] at every step, so texts=/labels= do not apply (CLI: leave "
+                    "env.action_texts null)"
+                )
             self.candidates = None
             self.mask = np.ones(0, np.int8)
             return
         if isinstance(env.action_space, spaces.Box):
-            raise UnsupportedActionSpace(f"CandidateActions needs a Discrete action space, got {env.action_space}: discretize it "
-                                         f"first, e.g. CandidateActions(gymnasium.wrappers.DiscretizeAction(env, bins=5), "
-                                         f"texts=[...])", env.action_space)
+            raise UnsupportedActionSpace(
+                f"CandidateActions needs a Discrete action space, got {env.action_space}: discretize it "
+                f"first, e.g. CandidateActions(gymnasium.wrappers.DiscretizeAction(env, bins=5), "
+                f"texts=[...])",
+                env.action_space,
+            )
         if not isinstance(env.action_space, spaces.Discrete):
-            raise UnsupportedActionSpace(f"CandidateActions needs a Discrete or Text action space, got {env.action_space} (an env "
-                            f"that lists string commands in info: CandidateActions(env, commands='admissible_commands'))",
-                                         env.action_space)
+            raise UnsupportedActionSpace(
+                f"CandidateActions needs a Discrete or Text action space, got {env.action_space} (an env "
+                f"that lists string commands in info: CandidateActions(env, commands='admissible_commands'))",
+                env.action_space,
+            )
         n, start = int(env.action_space.n), int(env.action_space.start)
         texts, labels = action_texts(env, n, texts, labels)
         self.candidates = CandidateSet(tuple(texts), tuple(labels), tuple(range(start, start + n)))
@@ -220,9 +256,11 @@ class CandidateActions(gym.Wrapper):
     def _command_candidates(self, info: dict, done: bool) -> dict:
         listed = info.get(self.commands)
         if listed is None:
-            raise ValueError(f"{env_name(self.env)} takes text commands but puts no list in info[{self.commands!r}] at "
-                             "this step: the env must list its admissible commands there on reset and every step "
-                             "(or pass commands=<the info key it uses>)")
+            raise ValueError(
+                f"{env_name(self.env)} takes text commands but puts no list in info[{self.commands!r}] at "
+                "this step: the env must list its admissible commands there on reset and every step "
+                "(or pass commands=<the info key it uses>)"
+            )
         if isinstance(listed, str) or not all(isinstance(c, str) and c.strip() for c in listed):
             raise ValueError(f"info[{self.commands!r}] must be a list of non-empty command strings, got {listed!r}")
         commands = tuple(dict.fromkeys(c.strip() for c in listed))  # distinct, in the env's order
@@ -230,9 +268,11 @@ class CandidateActions(gym.Wrapper):
         if not commands:
             if done:  # no action follows a terminated or truncated step
                 return {**info, "candidates": NO_CANDIDATES}
-            raise ValueError(f"{env_name(self.env)} lists no admissible command in info[{self.commands!r}] at episode "
-                             f"{self.episode}, step {self.steps} (an env must list at least one command on every "
-                             "step that is not terminated or truncated)")
+            raise ValueError(
+                f"{env_name(self.env)} lists no admissible command in info[{self.commands!r}] at episode "
+                f"{self.episode}, step {self.steps} (an env must list at least one command on every "
+                "step that is not terminated or truncated)"
+            )
         return {**info, "candidates": CandidateSet(commands, commands, commands)}
 
     def _with_candidates(self, info: dict, done: bool = False) -> dict:
@@ -247,8 +287,10 @@ class CandidateActions(gym.Wrapper):
             raise ValueError(f"the action mask has shape {mask.shape}, the action space has {n} actions")
         self.mask = (mask != 0).astype(np.int8)
         if not self.mask.any():
-            raise ValueError(f"every action of {env_name(self.env)} is masked at this step: there is no admissible "
-                             "candidate (check the env's action_mask / action_masks())")
+            raise ValueError(
+                f"every action of {env_name(self.env)} is masked at this step: there is no admissible "
+                "candidate (check the env's action_mask / action_masks())"
+            )
         candidates = self.candidates if self.mask.all() else self.candidates.subset(self.mask)
         return {**info, "candidates": candidates, "action_mask": self.mask.copy()}
 
@@ -263,9 +305,17 @@ class CandidateActions(gym.Wrapper):
         return obs, reward, terminated, truncated, self._with_candidates(info, bool(terminated or truncated))
 
 
-def make_vector_env(env_id: str, num_envs: int, texts: Sequence[str] | None = None, labels: Sequence[str] | None = None,
-                    mode: Literal["sync", "async"] = "sync", autoreset: AutoReset = "disabled",
-                    env_wrappers: Sequence[Any] = (), commands: str | None = None, **kwargs) -> gym.vector.VectorEnv:
+def make_vector_env(
+    env_id: str,
+    num_envs: int,
+    texts: Sequence[str] | None = None,
+    labels: Sequence[str] | None = None,
+    mode: Literal["sync", "async"] = "sync",
+    autoreset: AutoReset = "disabled",
+    env_wrappers: Sequence[Any] = (),
+    commands: str | None = None,
+    **kwargs,
+) -> gym.vector.VectorEnv:
     """`num_envs` copies of `env_id` (made with `kwargs`), each wrapped with `CandidateActions`, as a Sync or
     Async vector env. autoreset: `disabled` (the default: `jetgym.agents.rollout` resets each finished sub-env
     with the next episode's seed, so episode n always has seed seed+n), `next_step` or `same_step`.
@@ -280,5 +330,11 @@ def make_vector_env(env_id: str, num_envs: int, texts: Sequence[str] | None = No
     if autoreset not in AUTORESET_MODES:
         raise ValueError(f"unknown autoreset {autoreset!r}; known: {', '.join(AUTORESET_MODES)}")
     wrappers = [*env_wrappers, partial(CandidateActions, texts=texts, labels=labels, commands=commands)]
-    return gym.make_vec(env_id, num_envs, vectorization_mode=mode, wrappers=wrappers,
-                        vector_kwargs={"autoreset_mode": AUTORESET_MODES[autoreset]}, **kwargs)
+    return gym.make_vec(
+        env_id,
+        num_envs,
+        vectorization_mode=mode,
+        wrappers=wrappers,
+        vector_kwargs={"autoreset_mode": AUTORESET_MODES[autoreset]},
+        **kwargs,
+    )

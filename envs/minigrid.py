@@ -19,7 +19,9 @@ ACTION_TEXTS = ("turn left", "turn right", "move forward", "pick up", "drop", "o
 def is_minigrid(env) -> bool:
     """Whether `env` (through its wrappers) is a MiniGrid env, without importing minigrid."""
     base = getattr(env, "unwrapped", env)
-    return any(cls.__module__.split(".")[0] == "minigrid" and cls.__name__ == "MiniGridEnv" for cls in type(base).__mro__)
+    return any(
+        cls.__module__.split(".")[0] == "minigrid" and cls.__name__ == "MiniGridEnv" for cls in type(base).__mro__
+    )
 
 
 class BabyAIExpert:

@@ -28,8 +28,10 @@ from gymnasium import spaces
 
 CHARSET = string.printable
 MAX_TEXT = 20_000
-TASK = ("You play a text adventure game. Read what the game says and reach the goal it sets; "
-        "answer with one of the listed commands.")
+TASK = (
+    "You play a text adventure game. Read what the game says and reach the goal it sets; "
+    "answer with one of the listed commands."
+)
 _BANNER_LINE = re.compile(r"^[\s_|\\$/<>]*$")
 
 
@@ -55,8 +57,20 @@ def make_game(path: str | os.PathLike | None = None, game_seed: int = 1) -> Path
     if not Path(tool).exists():
         raise RuntimeError("making a TextWorld game needs TextWorld's tw-make: pip install 'jetgym[textworld]'")
     path.parent.mkdir(parents=True, exist_ok=True)
-    command = [tool, "tw-simple", "--rewards", "dense", "--goal", "detailed", "--seed", str(int(game_seed)),
-               "--output", str(path), "-f", "--silent"]
+    command = [
+        tool,
+        "tw-simple",
+        "--rewards",
+        "dense",
+        "--goal",
+        "detailed",
+        "--seed",
+        str(int(game_seed)),
+        "--output",
+        str(path),
+        "-f",
+        "--silent",
+    ]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0 or not path.exists():
         raise RuntimeError(f"tw-make could not make {path}: {(done.stderr or done.stdout).strip()[-500:]}")
@@ -74,9 +88,11 @@ class TextWorldEnv(gym.Env):
         if game is None:
             game = str(make_game(game_seed=game_seed))
         if not Path(game).is_file():
-            raise FileNotFoundError(f"env.kwargs.game: no TextWorld game at {game!r}; make one with "
-                                    f"`tw-make tw-simple --rewards dense --goal detailed --seed 1 --output {game}`, "
-                                    "or leave game null to make one in the user cache")
+            raise FileNotFoundError(
+                f"env.kwargs.game: no TextWorld game at {game!r}; make one with "
+                f"`tw-make tw-simple --rewards dense --goal detailed --seed 1 --output {game}`, "
+                "or leave game null to make one in the user cache"
+            )
         self.game = str(game)
         self.task = TASK
         self.render_mode = None
@@ -88,13 +104,18 @@ class TextWorldEnv(gym.Env):
     def _start(self):
         import textworld
 
-        infos = textworld.EnvInfos(admissible_commands=True, objective=True, score=True, max_score=True,
-                                   won=True, lost=True)
+        infos = textworld.EnvInfos(
+            admissible_commands=True, objective=True, score=True, max_score=True, won=True, lost=True
+        )
         self._env = textworld.start(self.game, request_infos=infos)
 
     def _info(self, state) -> dict:
-        info = {"admissible_commands": list(state["admissible_commands"] or []), "score": int(state["score"] or 0),
-                "max_score": int(state["max_score"] or 0), "objective": str(state["objective"] or "")}
+        info = {
+            "admissible_commands": list(state["admissible_commands"] or []),
+            "score": int(state["score"] or 0),
+            "max_score": int(state["max_score"] or 0),
+            "objective": str(state["objective"] or ""),
+        }
         if state["won"] or state["lost"]:
             info["is_success"] = bool(state["won"])
         return info

@@ -28,8 +28,11 @@ class StepCap(gym.Wrapper):
         observation, reward, terminated, truncated, info = self.env.step(action)
         self.taken += 1
         if self.taken >= self.steps and not (terminated or truncated):
-            warnings.warn(f"{env_name(self.env)} registers no time limit and an episode ran {self.steps} steps: it is "
-                          f"cut there (truncated); set env.kwargs.max_episode_steps=N for another limit", stacklevel=2)
+            warnings.warn(
+                f"{env_name(self.env)} registers no time limit and an episode ran {self.steps} steps: it is "
+                f"cut there (truncated); set env.kwargs.max_episode_steps=N for another limit",
+                stacklevel=2,
+            )
             truncated = True
         return observation, reward, terminated, truncated, info
 

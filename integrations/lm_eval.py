@@ -23,8 +23,14 @@ import torch
 from lm_eval import utils
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
-from lm_eval.models.utils import (_add_special_kwargs, handle_stop_sequences, has_bos_prefix, normalize_gen_kwargs,
-                                  postprocess_generated_text, resolve_max_length)
+from lm_eval.models.utils import (
+    _add_special_kwargs,
+    handle_stop_sequences,
+    has_bos_prefix,
+    normalize_gen_kwargs,
+    postprocess_generated_text,
+    resolve_max_length,
+)
 from lm_eval.models.utils_hf import stop_sequences_criteria
 from tqdm import tqdm
 
@@ -32,7 +38,9 @@ from jetgym.scorers import make_scorer
 from jetgym.scorers.prompts import EncodedQuestion
 
 DEFAULT_MAX_LENGTH = 2048  # lm-eval's HF backend default when neither the config nor the tokenizer names one
-QUESTIONS_PER_CALL = 64  # contexts handed to the packed schedule at once (it fills its own calls up to max_batch_tokens)
+QUESTIONS_PER_CALL = (
+    64  # contexts handed to the packed schedule at once (it fills its own calls up to max_batch_tokens)
+)
 DEVICES = {"cpu": "cpu", "cuda": "cuda", "auto": "auto", "offload_experts": "offload_experts"}
 IGNORED_LM_EVAL_ARGS = ("batch_size", "max_batch_size")  # jetgym fills calls by tokens (max_batch_tokens)
 
@@ -47,14 +55,18 @@ def request_groups(requests: list[tuple[Any, list[int], list[int]]], max_length:
     slots = []
     for index, (_, context, continuation) in enumerate(requests):
         if not continuation:
-            raise ValueError(f"request {index}: the continuation encodes to no tokens (lm-eval's HF backend refuses "
-                             f"it too); check the task's doc_to_choice/target_delimiter")
+            raise ValueError(
+                f"request {index}: the continuation encodes to no tokens (lm-eval's HF backend refuses "
+                f"it too); check the task's doc_to_choice/target_delimiter"
+            )
         if len(continuation) > max_length:
-            raise ValueError(f"request {index}: a continuation of {len(continuation)} tokens exceeds max_length "
-                             f"{max_length}; raise max_length in model_args or shorten the continuation")
+            raise ValueError(
+                f"request {index}: a continuation of {len(continuation)} tokens exceeds max_length "
+                f"{max_length}; raise max_length in model_args or shorten the continuation"
+            )
         if not context:
             raise ValueError(f"request {index}: empty context tokens (lm-eval passes the prefix token instead)")
-        whole = (list(context) + list(continuation))[-(max_length + 1):]
+        whole = (list(context) + list(continuation))[-(max_length + 1) :]
         prefix, cont = tuple(whole[: len(whole) - len(continuation)]), tuple(continuation)
         candidates = by_prefix.setdefault(prefix, {})
         slots.append((prefix, candidates.setdefault(cont, len(candidates))))
@@ -74,29 +86,48 @@ class JetgymLM(TemplateLM):
     truncates to; default as lm-eval's HF backend), add_bos_token, prefix_token_id, max_gen_toks.
     lm-eval's `batch_size`/`max_batch_size` are accepted and unused (calls are filled by tokens)."""
 
-    def __init__(self, model: str = "smollm2-135m-instruct", dtype: str = "float32", placement: str | None = None,
-                 max_batch_tokens: int = 1024, min_shared_prefix: int = 32, adapter: str | None = None,
-                 max_length: int | None = None, add_bos_token: bool | None = None, prefix_token_id: int | None = None,
-                 max_gen_toks: int = 256, device: str | None = None, **lm_eval_args):
+    def __init__(
+        self,
+        model: str = "smollm2-135m-instruct",
+        dtype: str = "float32",
+        placement: str | None = None,
+        max_batch_tokens: int = 1024,
+        min_shared_prefix: int = 32,
+        adapter: str | None = None,
+        max_length: int | None = None,
+        add_bos_token: bool | None = None,
+        prefix_token_id: int | None = None,
+        max_gen_toks: int = 256,
+        device: str | None = None,
+        **lm_eval_args,
+    ):
         super().__init__()
         unknown = sorted(set(lm_eval_args) - set(IGNORED_LM_EVAL_ARGS))
         if unknown:
             hint = " (jetgym names the model spec model=..., not pretrained=...)" if "pretrained" in unknown else ""
-            raise ValueError(f"jetgym model takes no argument {', '.join(map(repr, unknown))}{hint}; its arguments: "
-                             f"model, dtype, placement, max_batch_tokens, min_shared_prefix, adapter, max_length, "
-                             f"add_bos_token, prefix_token_id, max_gen_toks")
+            raise ValueError(
+                f"jetgym model takes no argument {', '.join(map(repr, unknown))}{hint}; its arguments: "
+                f"model, dtype, placement, max_batch_tokens, min_shared_prefix, adapter, max_length, "
+                f"add_bos_token, prefix_token_id, max_gen_toks"
+            )
         placement = self._device_placement(placement, device)
         self._rank, self._world_size = self._join_ranks(placement)
-        options: dict[str, Any] = {"placement": {"device": placement, "dtype": dtype}, "template": "none",
-                                   "schedule": "packed", "max_batch_tokens": int(max_batch_tokens),
-                                   "min_shared_prefix": int(min_shared_prefix)}
+        options: dict[str, Any] = {
+            "placement": {"device": placement, "dtype": dtype},
+            "template": "none",
+            "schedule": "packed",
+            "max_batch_tokens": int(max_batch_tokens),
+            "min_shared_prefix": int(min_shared_prefix),
+        }
         if adapter is not None:
             options["adapter"] = adapter  # a jetgym-train adapter folder, merged into the weights
         self.scorer = make_scorer("jet", model=model, **options)
         self.loaded = self.scorer.loaded
         if self.loaded.kind != "attention":
-            raise ValueError(f"model {model!r} is a {self.loaded.kind} model; jetgym's lm-eval model runs the packed "
-                             f"schedule, which needs an attention-only model")
+            raise ValueError(
+                f"model {model!r} is a {self.loaded.kind} model; jetgym's lm-eval model runs the packed "
+                f"schedule, which needs an attention-only model"
+            )
         self.tokenizer = self.loaded.tokenizer
         self.model = self.loaded.model
         self.add_bos_token = add_bos_token
@@ -119,8 +150,10 @@ class JetgymLM(TemplateLM):
             return "cpu"
         name, _, index = str(device).partition(":")
         if name not in ("cpu", "cuda"):
-            raise ValueError(f"device {device!r} is not supported by the jetgym model: use cpu, cuda or cuda:N "
-                             f"(or placement=auto|offload_experts in model_args)")
+            raise ValueError(
+                f"device {device!r} is not supported by the jetgym model: use cpu, cuda or cuda:N "
+                f"(or placement=auto|offload_experts in model_args)"
+            )
         if name == "cuda" and not torch.cuda.is_available():
             return "cpu"
         if index:
@@ -174,8 +207,9 @@ class JetgymLM(TemplateLM):
     def tokenizer_name(self) -> str:
         return self.tokenizer.name_or_path.replace("/", "__")
 
-    def tok_encode(self, string: str, add_special_tokens: bool | None = None, left_truncate_len: int | None = None,
-                   **kwargs) -> list[int]:
+    def tok_encode(
+        self, string: str, add_special_tokens: bool | None = None, left_truncate_len: int | None = None, **kwargs
+    ) -> list[int]:
         """As lm-eval's HF backend: the tokenizer's special tokens unless the string starts with the prefix token."""
         special = _add_special_kwargs(add_special_tokens, self.add_bos_token)
         if add_special_tokens is None and has_bos_prefix(string, self.tokenizer.decode(self.prefix_token_id)):
@@ -188,9 +222,13 @@ class JetgymLM(TemplateLM):
         import jinja2
 
         def render(history):
-            return self.tokenizer.apply_chat_template(history, tokenize=False,
-                                                      add_generation_prompt=add_generation_prompt,
-                                                      continue_final_message=not add_generation_prompt)
+            return self.tokenizer.apply_chat_template(
+                history,
+                tokenize=False,
+                add_generation_prompt=add_generation_prompt,
+                continue_final_message=not add_generation_prompt,
+            )
+
         try:
             return render(chat_history)
         except jinja2.exceptions.TemplateError:  # templates without a system role: drop it, as the HF backend does
@@ -235,10 +273,15 @@ class JetgymLM(TemplateLM):
         scored = []
         bar = tqdm(total=len(questions), disable=disable_tqdm or self._rank != 0, desc="jetgym loglikelihood")
         for start in range(0, len(questions), QUESTIONS_PER_CALL):
-            part = questions[start:start + QUESTIONS_PER_CALL]
-            scored += execution.score_packed_many(self.model, part, self.scorer.options.max_batch_tokens,
-                                                  self.scorer.options.min_shared_prefix, self.scorer.kept_prefix,
-                                                  greedy=True)
+            part = questions[start : start + QUESTIONS_PER_CALL]
+            scored += execution.score_packed_many(
+                self.model,
+                part,
+                self.scorer.options.max_batch_tokens,
+                self.scorer.options.min_shared_prefix,
+                self.scorer.kept_prefix,
+                greedy=True,
+            )
             bar.update(len(part))
         bar.close()
         answers = []
@@ -252,9 +295,15 @@ class JetgymLM(TemplateLM):
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
         windows, owners = [], []
         for index, (string,) in enumerate(req.args for req in requests):
-            for window in map(utils.make_disjoint_window, utils.get_rolling_token_windows(
-                    token_list=self.tok_encode(string), prefix_token=self.prefix_token_id,
-                    max_seq_len=self.max_length, context_len=1)):
+            for window in map(
+                utils.make_disjoint_window,
+                utils.get_rolling_token_windows(
+                    token_list=self.tok_encode(string),
+                    prefix_token=self.prefix_token_id,
+                    max_seq_len=self.max_length,
+                    context_len=1,
+                ),
+            ):
                 windows.append((None, *window))
                 owners.append(index)
         totals = [0.0] * len(requests)
@@ -268,15 +317,18 @@ class JetgymLM(TemplateLM):
         eos = self.tokenizer.decode(self.eot_token_id, skip_special_tokens=False)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eot_token_id
         results = []
-        for context, gen_kwargs in tqdm([req.args for req in requests], disable=disable_tqdm or self._rank != 0,
-                                        desc="jetgym generate_until"):
+        for context, gen_kwargs in tqdm(
+            [req.args for req in requests], disable=disable_tqdm or self._rank != 0, desc="jetgym generate_until"
+        ):
             kwargs = normalize_gen_kwargs(dict(gen_kwargs), self.max_gen_toks)
             until = handle_stop_sequences(kwargs.pop("until", None), eos=eos)
             max_gen_toks = kwargs.pop("max_gen_toks")
             room = self.max_length - max_gen_toks
             if room <= 0:
-                raise ValueError(f"max_gen_toks {max_gen_toks} leaves no room for a context in max_length "
-                                 f"{self.max_length}; lower max_gen_toks or raise max_length")
+                raise ValueError(
+                    f"max_gen_toks {max_gen_toks} leaves no room for a context in max_length "
+                    f"{self.max_length}; lower max_gen_toks or raise max_length"
+                )
             ids = self._generation_ids(context)[-room:]
             kwargs["temperature"] = kwargs.get("temperature", 0.0)  # greedy unless asked, as lm-eval's HF backend
             if kwargs["temperature"] == 0.0 and kwargs.get("do_sample") is None:
@@ -286,12 +338,17 @@ class JetgymLM(TemplateLM):
             inputs = torch.tensor([ids], device=self.device)
             with torch.inference_mode():
                 out = self.model.generate(
-                    input_ids=inputs, attention_mask=torch.ones_like(inputs),
+                    input_ids=inputs,
+                    attention_mask=torch.ones_like(inputs),
                     max_length=kwargs.pop("max_length", len(ids) + max_gen_toks),
                     stopping_criteria=stop_sequences_criteria(self.tokenizer, until, len(ids), 1),
-                    pad_token_id=pad, use_cache=True, **kwargs)
-            text = postprocess_generated_text(self.tokenizer.decode(out[0, len(ids):].tolist(), skip_special_tokens=True),
-                                              until, None)
+                    pad_token_id=pad,
+                    use_cache=True,
+                    **kwargs,
+                )
+            text = postprocess_generated_text(
+                self.tokenizer.decode(out[0, len(ids) :].tolist(), skip_special_tokens=True), until, None
+            )
             results.append(text)
             self.cache_hook.add_partial("generate_until", (context, gen_kwargs), text)
         return results

@@ -26,9 +26,11 @@ from jetgym.questions.sets import MMLU_LETTERS, load_mmlu, mmlu_path
 
 DESCRIPTION = "The following are multiple choice questions (with answers) about {{subject}}.\n\n"
 PROMPTS = {
-    "": {"doc_to_text": "{{question.strip()}}\nA. {{choices[0]}}\nB. {{choices[1]}}\nC. {{choices[2]}}\n"
-                        "D. {{choices[3]}}\nAnswer:",
-         "doc_to_choice": ["A", "B", "C", "D"]},
+    "": {
+        "doc_to_text": "{{question.strip()}}\nA. {{choices[0]}}\nB. {{choices[1]}}\nC. {{choices[2]}}\n"
+        "D. {{choices[3]}}\nAnswer:",
+        "doc_to_choice": ["A", "B", "C", "D"],
+    },
     "_cloze": {"doc_to_text": "Question: {{question.strip()}}\nAnswer:", "doc_to_choice": "{{choices}}"},
 }
 SUBSETS = {"jetgym_mmlu": "all", "jetgym_mmlu285": "per_subject_5"}
@@ -51,9 +53,15 @@ def mmlu_documents(subset: str) -> list[dict]:
     out = []
     for document in documents:
         row = rows[document["line"]]
-        out.append({"id": document["id"], "subject": row["topic"].replace("_", " "), "question": row["question"],
-                    "choices": [row[f"answer_{letter.lower()}"] for letter in MMLU_LETTERS],
-                    "answer": MMLU_LETTERS.index(row["correct_answer"])})
+        out.append(
+            {
+                "id": document["id"],
+                "subject": row["topic"].replace("_", " "),
+                "question": row["question"],
+                "choices": [row[f"answer_{letter.lower()}"] for letter in MMLU_LETTERS],
+                "answer": MMLU_LETTERS.index(row["correct_answer"]),
+            }
+        )
     return out
 
 
@@ -79,7 +87,9 @@ def task_yaml(task: str, data_file: Path, prompt: dict) -> str:
         "description": DESCRIPTION,
         **prompt,
         "doc_to_target": "answer",
-        "metric_list": [{"metric": name, "aggregation": "mean", "higher_is_better": True} for name in ("acc", "acc_norm")],
+        "metric_list": [
+            {"metric": name, "aggregation": "mean", "higher_is_better": True} for name in ("acc", "acc_norm")
+        ],
         "metadata": {"version": 1.0},
     }
     return json.dumps(config, indent=2) + "\n"
@@ -101,7 +111,9 @@ def task_folder(root: Path | None = None) -> Path:
                 for document in mmlu_documents(subset):
                     handle.write(json.dumps(document, sort_keys=True) + "\n")
             for variant, prompt in PROMPTS.items():
-                (staging / f"{name}{variant}.yaml").write_text(task_yaml(name + variant, target / f"{name}.jsonl", prompt))
+                (staging / f"{name}{variant}.yaml").write_text(
+                    task_yaml(name + variant, target / f"{name}.jsonl", prompt)
+                )
         (staging / "complete").write_text("")
         staging.rename(target)
     except OSError:

@@ -67,8 +67,13 @@ def _interval(estimate: float, stats: np.ndarray, confidence: float, clusters: i
     return Interval(float(estimate), float(low), float(high), len(stats), clusters, confidence)
 
 
-def bootstrap(values: Sequence[Any], statistic: Callable[[list], float] | None = None, samples: int = SAMPLES,
-              seed: int = SEED, confidence: float = 0.95) -> Interval:
+def bootstrap(
+    values: Sequence[Any],
+    statistic: Callable[[list], float] | None = None,
+    samples: int = SAMPLES,
+    seed: int = SEED,
+    confidence: float = 0.95,
+) -> Interval:
     """Percentile interval of `statistic` (default: the mean) over `values` resampled with replacement, each
     value its own unit. `statistic` receives a list of resampled values (pass indices as the values to
     resample several columns together)."""
@@ -85,8 +90,13 @@ def bootstrap(values: Sequence[Any], statistic: Callable[[list], float] | None =
     return _interval(float(estimate), stats, confidence, len(values))
 
 
-def episode_bootstrap(values: Sequence[float], clusters: Sequence[Hashable], samples: int = SAMPLES,
-                      seed: int = SEED, confidence: float = 0.95) -> Interval:
+def episode_bootstrap(
+    values: Sequence[float],
+    clusters: Sequence[Hashable],
+    samples: int = SAMPLES,
+    seed: int = SEED,
+    confidence: float = 0.95,
+) -> Interval:
     """Percentile interval of the mean of `values` (e.g. 0/1 correctness), resampling whole clusters."""
     sums, counts, names = _cluster_sums(values, clusters)
     draws = draw_clusters(len(names), samples, seed)
@@ -95,8 +105,14 @@ def episode_bootstrap(values: Sequence[float], clusters: Sequence[Hashable], sam
     return _interval(estimate, stats, confidence, len(names))
 
 
-def paired_episode_bootstrap(values_a: Sequence[float], values_b: Sequence[float], clusters: Sequence[Hashable],
-                             samples: int = SAMPLES, seed: int = SEED, confidence: float = 0.95) -> Interval:
+def paired_episode_bootstrap(
+    values_a: Sequence[float],
+    values_b: Sequence[float],
+    clusters: Sequence[Hashable],
+    samples: int = SAMPLES,
+    seed: int = SEED,
+    confidence: float = 0.95,
+) -> Interval:
     """Interval of mean(a) - mean(b) over the same questions, both runs resampled with the SAME clusters."""
     if len(values_a) != len(values_b):
         raise ValueError(f"paired runs need the same questions, got {len(values_a)} and {len(values_b)} values")

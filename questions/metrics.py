@@ -44,8 +44,10 @@ def row_gold(row: dict) -> list[int] | None:
     gold = row.get("gold_labels") or [row["gold"]]
     missing = [g for g in gold if g not in labels]
     if missing:
-        raise ValueError(f"response {row.get('id')!r}: gold {missing[0]!r} is not one of its labels {labels} "
-                         "(responses written before labels were recorded: rerun them)")
+        raise ValueError(
+            f"response {row.get('id')!r}: gold {missing[0]!r} is not one of its labels {labels} "
+            "(responses written before labels were recorded: rerun them)"
+        )
     return [labels.index(g) for g in gold]
 
 
@@ -55,10 +57,13 @@ def graded(rows: Sequence[dict]) -> tuple[list[list[float]], list[list[int]]]:
     return [s for s, _ in pairs], [g for _, g in pairs]
 
 
-def expected_calibration_error(confidences: Sequence[float], correct: Sequence[bool], bins: int = DEFAULT_BINS) -> float:
+def expected_calibration_error(
+    confidences: Sequence[float], correct: Sequence[bool], bins: int = DEFAULT_BINS
+) -> float:
     """Top-label ECE with equal-width bins (see the module notes)."""
-    return sum(b["count"] * abs(b["accuracy"] - b["confidence"]) for b in reliability(confidences, correct, bins)) \
-        / max(len(confidences), 1)
+    return sum(
+        b["count"] * abs(b["accuracy"] - b["confidence"]) for b in reliability(confidences, correct, bins)
+    ) / max(len(confidences), 1)
 
 
 def reliability(confidences: Sequence[float], correct: Sequence[bool], bins: int = DEFAULT_BINS) -> list[dict]:
@@ -72,9 +77,17 @@ def reliability(confidences: Sequence[float], correct: Sequence[bool], bins: int
         if not 0.0 <= c <= 1.0:
             raise ValueError(f"confidence {c} is outside [0, 1]")
         members[min(max(math.ceil(c * bins) - 1, 0), bins - 1)].append(i)
-    return [{"lower": k / bins, "upper": (k + 1) / bins, "count": len(m),
-             "confidence": sum(confidences[i] for i in m) / len(m), "accuracy": sum(bool(correct[i]) for i in m) / len(m)}
-            for k, m in enumerate(members) if m]
+    return [
+        {
+            "lower": k / bins,
+            "upper": (k + 1) / bins,
+            "count": len(m),
+            "confidence": sum(confidences[i] for i in m) / len(m),
+            "accuracy": sum(bool(correct[i]) for i in m) / len(m),
+        }
+        for k, m in enumerate(members)
+        if m
+    ]
 
 
 def brier_score(probs: Sequence[Sequence[float]], gold: Sequence[Sequence[int]]) -> float:
@@ -95,8 +108,9 @@ def mean_nll(scores: Sequence[Sequence[float]], gold: Sequence[Sequence[int]], t
     return total / max(len(scores), 1)
 
 
-def metrics(scores: Sequence[Sequence[float]], gold: Sequence[Sequence[int]], temperature: float = 1.0,
-            bins: int = DEFAULT_BINS) -> dict:
+def metrics(
+    scores: Sequence[Sequence[float]], gold: Sequence[Sequence[int]], temperature: float = 1.0, bins: int = DEFAULT_BINS
+) -> dict:
     """Accuracy, mean gold NLL, ECE, Brier and the reliability bins at one temperature."""
     probs = [softmax(s, temperature) for s in scores]
     chosen = [max(range(len(p)), key=lambda i, p=p: (p[i], -i)) for p in probs]  # first argmax
@@ -113,8 +127,13 @@ def metrics(scores: Sequence[Sequence[float]], gold: Sequence[Sequence[int]], te
     }
 
 
-def fit_temperature(scores: Sequence[Sequence[float]], gold: Sequence[Sequence[int]],
-                    low: float = 1e-3, high: float = 1e3, iterations: int = 200) -> float:
+def fit_temperature(
+    scores: Sequence[Sequence[float]],
+    gold: Sequence[Sequence[int]],
+    low: float = 1e-3,
+    high: float = 1e3,
+    iterations: int = 200,
+) -> float:
     """The temperature T minimizing the mean gold NLL of softmax(scores / T).
 
     The NLL is convex in 1/T, so a golden-section search over log T in [low, high] finds the minimum."""
@@ -154,10 +173,19 @@ def plot_reliability(curves: dict[str, dict], path: str | Path, title: str = "Re
         if not bins:
             continue
         ece = "n/a" if m["ece"] is None else f"{m['ece']:.3f}"
-        ax.plot([b["confidence"] for b in bins], [b["accuracy"] for b in bins], marker="o", linewidth=1.5,
-                label=f"{name} (T={m['temperature']:.3g}, ECE {ece})")
-        ax.scatter([b["confidence"] for b in bins], [b["accuracy"] for b in bins],
-                   s=[8 + 120 * b["count"] / max(m["questions"], 1) for b in bins], alpha=0.3)
+        ax.plot(
+            [b["confidence"] for b in bins],
+            [b["accuracy"] for b in bins],
+            marker="o",
+            linewidth=1.5,
+            label=f"{name} (T={m['temperature']:.3g}, ECE {ece})",
+        )
+        ax.scatter(
+            [b["confidence"] for b in bins],
+            [b["accuracy"] for b in bins],
+            s=[8 + 120 * b["count"] / max(m["questions"], 1) for b in bins],
+            alpha=0.3,
+        )
     ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence (top probability)", ylabel="accuracy", title=title)
     ax.legend(loc="upper left", fontsize=7)
     fig.tight_layout()
@@ -171,8 +199,12 @@ def plot_reliability(curves: dict[str, dict], path: str | Path, title: str = "Re
 RELIABILITY_PNG = "reliability.png"
 
 
-def calibration_summary(responses: Sequence[dict], out_dir: str | Path | None = None, temperature: float | None = None,
-                        bins: int = DEFAULT_BINS) -> dict | None:
+def calibration_summary(
+    responses: Sequence[dict],
+    out_dir: str | Path | None = None,
+    temperature: float | None = None,
+    bins: int = DEFAULT_BINS,
+) -> dict | None:
     """The calibration block of a QA summary: metrics of the uncalibrated probabilities (T = 1) and, when a
     temperature other than 1 is given (default: the one the responses were scored with), after it; the
     reliability diagram goes to `<out_dir>/reliability.png`. None when no response is graded."""
@@ -191,5 +223,7 @@ def calibration_summary(responses: Sequence[dict], out_dir: str | Path | None = 
 
 def reliability_curves(calibration: dict) -> dict[str, dict]:
     """The curves of a calibration block's reliability diagram (`plot_reliability`): before and, if any, after."""
-    return {"uncalibrated": calibration["before"],
-            **({"temperature-scaled": calibration["after"]} if "after" in calibration else {})}
+    return {
+        "uncalibrated": calibration["before"],
+        **({"temperature-scaled": calibration["after"]} if "after" in calibration else {}),
+    }

@@ -33,6 +33,7 @@ def question_set(subsets: tuple[str, ...] = ("all",), report: str | None = None)
     """Decorator: mark a loader `(subset, limit, path) -> list[Question]` with the subsets it accepts and,
     optionally, the "module:function" of its report `(questions, responses, folder, path, atomic) -> dict`
     (written beside the generic QA results)."""
+
     def decorator(loader):
         loader.subsets, loader.report = tuple(subsets), report
         return loader
@@ -43,6 +44,7 @@ def question_set(subsets: tuple[str, ...] = ("all",), report: str | None = None)
 def register_question_set(name: str, subsets: tuple[str, ...] = ("all",), report: str | None = None):
     """Decorator: `question_set(subsets, report)` and register the loader under `name` (the registry is the
     one place that knows a set)."""
+
     def decorator(loader):
         return QUESTION_SETS.register(name)(question_set(subsets, report)(loader))
 
@@ -83,7 +85,9 @@ def make_question(question: str, choices: list[str], gold: int, id: str, source:
 def _lines(file: Path):
     """(line number, text) of every non-blank line; a line that is not UTF-8 is an error naming file:line."""
     if not file.is_file():
-        raise FileNotFoundError(f"question file {file} does not exist" if not file.exists() else f"{file} is not a file")
+        raise FileNotFoundError(
+            f"question file {file} does not exist" if not file.exists() else f"{file} is not a file"
+        )
     with open(file, "rb") as raw:
         for line_no, data in enumerate(raw, 1):
             try:
@@ -186,7 +190,9 @@ def load_jsonl(path: str | None = None, subset: str = "all", limit: int | None =
         row = _parse_row(line, file, line_no)
         question = _jsonl_question(row, f"{file.stem}-{len(questions)}", f"{file}:{line_no}")
         if question.id in seen:
-            raise QuestionSetError(f"{file}:{line_no}: duplicate id {question.id!r} (first on line {seen[question.id]})")
+            raise QuestionSetError(
+                f"{file}:{line_no}: duplicate id {question.id!r} (first on line {seen[question.id]})"
+            )
         seen[question.id] = line_no
         questions.append(question)
     _none_found(file, questions)
@@ -211,8 +217,10 @@ def _parse_row(line: str, file: Path, line_no: int) -> dict[str, Any]:
     try:
         row = json.loads(line, object_pairs_hook=_refuse_duplicates)
     except _DuplicateKey as key:
-        raise QuestionSetError(f"{file}:{line_no}: the key {str(key)!r} appears twice in one object (JSON readers "
-                               f"keep only the last); keep one") from None
+        raise QuestionSetError(
+            f"{file}:{line_no}: the key {str(key)!r} appears twice in one object (JSON readers "
+            f"keep only the last); keep one"
+        ) from None
     except json.JSONDecodeError as error:
         raise QuestionSetError(f"{file}:{line_no}: not valid JSON ({error.msg})") from None
     if not isinstance(row, dict):
@@ -228,8 +236,9 @@ def _jsonl_question(row: dict[str, Any], default_id: str, where: str) -> Questio
         if key not in JSONL_KEYS:
             close = difflib.get_close_matches(key, JSONL_KEYS, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
-            raise QuestionSetError(f"{where}: unknown key {key!r}; {hint}a question row has the keys "
-                                   f"{', '.join(JSONL_KEYS)}")
+            raise QuestionSetError(
+                f"{where}: unknown key {key!r}; {hint}a question row has the keys {', '.join(JSONL_KEYS)}"
+            )
     for key in ("question", "choices", "answer"):
         if key not in row:
             raise QuestionSetError(f"{where}: missing field {key!r}")

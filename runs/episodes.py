@@ -20,12 +20,23 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from jetgym.runs import ranks as ranks_
-from jetgym.runs.folder import (LOCK, append_jsonl, folder_lock, make_folder, read_jsonl, refuse_other_jobs,
-                                refuse_results, write_json, write_text)
+from jetgym.runs.folder import (
+    LOCK,
+    append_jsonl,
+    folder_lock,
+    make_folder,
+    read_jsonl,
+    refuse_other_jobs,
+    refuse_results,
+    write_json,
+    write_text,
+)
 
 STEPS = "steps.jsonl"
 EPISODES = "episodes.jsonl"
-TIMINGS = "timings.jsonl"  # per episode: decision and wall seconds (kept out of episodes.jsonl, which repeats byte for byte)
+TIMINGS = (
+    "timings.jsonl"  # per episode: decision and wall seconds (kept out of episodes.jsonl, which repeats byte for byte)
+)
 TIMING_FIELDS = ("decision_seconds", "decisions_per_second", "wall_seconds")
 SUMMARY = "summary.json"
 REPORT = "report.md"
@@ -34,10 +45,22 @@ RESULTS = tuple(name.replace(".", "*.", 1) for name in (STEPS, EPISODES, TIMINGS
 VideoWriter = Callable[[Sequence[Any], Path, float], Path]
 
 
-def run_episodes(env: Any, agent: Any, output_dir: str | os.PathLike, *, episodes: int = 1, seed: int = 0,
-                 video: bool = True, write_video: VideoWriter | None = None, about: dict | None = None,
-                 settings: dict | None = None, gpu: bool = False, rank_timeout_s: float = 1800.0,
-                 quiet: bool = False, on_start: Callable[[Path], None] | None = None) -> dict:
+def run_episodes(
+    env: Any,
+    agent: Any,
+    output_dir: str | os.PathLike,
+    *,
+    episodes: int = 1,
+    seed: int = 0,
+    video: bool = True,
+    write_video: VideoWriter | None = None,
+    about: dict | None = None,
+    settings: dict | None = None,
+    gpu: bool = False,
+    rank_timeout_s: float = 1800.0,
+    quiet: bool = False,
+    on_start: Callable[[Path], None] | None = None,
+) -> dict:
     """Play `episodes` episodes (seeds seed, seed+1, ...) into `output_dir`; return the summary.
 
     env: a Gymnasium env (or vector env) whose `info["candidates"]` holds the candidate set
@@ -64,15 +87,42 @@ def run_episodes(env: Any, agent: Any, output_dir: str | os.PathLike, *, episode
         with folder_lock(out, "jetgym-episode", ranks.suffix(LOCK)):
             refuse_other_jobs(out, "jetgym-episode")
             refuse_results(out, RESULTS, what="episode results")
-            return _play(env, agent, out, episodes, seed, video, write_video, about, settings, gpu,
-                         rank_timeout_s, quiet, ranks, on_start)
+            return _play(
+                env,
+                agent,
+                out,
+                episodes,
+                seed,
+                video,
+                write_video,
+                about,
+                settings,
+                gpu,
+                rank_timeout_s,
+                quiet,
+                ranks,
+                on_start,
+            )
     finally:
         ranks_.finish(ranks)
 
 
-def _play(env: Any, agent: Any, out: Path, episodes: int, seed: int, video: bool, write_video: VideoWriter | None,
-          about: dict | None, settings: dict | None, gpu: bool, rank_timeout_s: float, quiet: bool,
-          ranks: ranks_.Ranks, on_start: Callable[[Path], None] | None = None) -> dict:
+def _play(
+    env: Any,
+    agent: Any,
+    out: Path,
+    episodes: int,
+    seed: int,
+    video: bool,
+    write_video: VideoWriter | None,
+    about: dict | None,
+    settings: dict | None,
+    gpu: bool,
+    rank_timeout_s: float,
+    quiet: bool,
+    ranks: ranks_.Ranks,
+    on_start: Callable[[Path], None] | None = None,
+) -> dict:
     """Under torchrun, rank R plays the episodes n with n % WORLD_SIZE == R (seed + n, as one process would) into
     its own files; rank 0 merges them in episode order once every rank is done."""
     from jetgym.agents import rollout
@@ -100,8 +150,19 @@ def _play(env: Any, agent: Any, out: Path, episodes: int, seed: int, video: bool
             append_jsonl(steps_file, [row], what=f"step {row['step']} of episode {row['episode']}", sync=False)
             if video and frame is not None:
                 probs = row["probs"] or {}
-                frames.append(annotate(frame, step_lines(row["step"], row["text"], row["reward"], row["return"],
-                                                         list(probs), list(probs.values()) or None)))
+                frames.append(
+                    annotate(
+                        frame,
+                        step_lines(
+                            row["step"],
+                            row["text"],
+                            row["reward"],
+                            row["return"],
+                            list(probs),
+                            list(probs.values()) or None,
+                        ),
+                    )
+                )
 
         def on_end(episode: dict, frame) -> None:
             episode["video"] = None
@@ -111,8 +172,12 @@ def _play(env: Any, agent: Any, out: Path, episodes: int, seed: int, video: bool
                 episode["video"] = write_video(frames, out / f"episode_{episode['episode']:03d}.gif", fps).name
                 frames.clear()
             timing = {"episode": episode["episode"], **{key: episode[key] for key in TIMING_FIELDS}}
-            append_jsonl(episodes_file, [{k: v for k, v in episode.items() if k not in TIMING_FIELDS}],
-                         what=f"episode {episode['episode']}", sync=False)
+            append_jsonl(
+                episodes_file,
+                [{k: v for k, v in episode.items() if k not in TIMING_FIELDS}],
+                what=f"episode {episode['episode']}",
+                sync=False,
+            )
             append_jsonl(timings_file, [timing], what=f"the timing of episode {episode['episode']}", sync=False)
 
         agent = agent if hasattr(agent, "act") else agent(env)
@@ -138,8 +203,10 @@ def _play(env: Any, agent: Any, out: Path, episodes: int, seed: int, video: bool
     write_json(out / SUMMARY, summary, what="the summary")
     write_text(out / REPORT, render_report(summary))
     if not quiet:
-        print(f"mean return {summary['mean_return']:.2f} over {summary['episodes']} episode(s); "
-              f"logs: {(out / STEPS).resolve()}, {(out / EPISODES).resolve()}")
+        print(
+            f"mean return {summary['mean_return']:.2f} over {summary['episodes']} episode(s); "
+            f"logs: {(out / STEPS).resolve()}, {(out / EPISODES).resolve()}"
+        )
         for row in played:
             if row["video"]:
                 print(f"video: {(out / row['video']).resolve()}")
@@ -151,9 +218,15 @@ def _about(env: Any, agent: Any) -> dict:
     spec = getattr(env, "spec", None) or getattr(getattr(env, "unwrapped", None), "spec", None)
     scorer = getattr(agent, "scorer", None)
     described = None if scorer is None else scorer.describe()
-    return {"env": {"id": getattr(spec, "id", None) or type(env).__name__, "kwargs": dict(getattr(spec, "kwargs", {}) or {})},
-            "agent": {"name": type(agent).__name__}, "scorer": described,
-            "model": None if described is None else described.get("model")}
+    return {
+        "env": {
+            "id": getattr(spec, "id", None) or type(env).__name__,
+            "kwargs": dict(getattr(spec, "kwargs", {}) or {}),
+        },
+        "agent": {"name": type(agent).__name__},
+        "scorer": described,
+        "model": None if described is None else described.get("model"),
+    }
 
 
 def summarize(episodes: list[dict], seed: int, about: dict) -> dict:
@@ -163,13 +236,18 @@ def summarize(episodes: list[dict], seed: int, about: dict) -> dict:
     decisions = sum(e["length"] for e in episodes)
     thinking = sum(e["decision_seconds"] for e in episodes)
     return {
-        "episodes": len(episodes), "mean_return": statistics.fmean(returns),
+        "episodes": len(episodes),
+        "mean_return": statistics.fmean(returns),
         "std_return": statistics.pstdev(returns) if len(returns) > 1 else 0.0,
         "mean_length": statistics.fmean(e["length"] for e in episodes),
         "mean_kills": statistics.fmean(kills) if kills else None,
-        "decisions": decisions, "decisions_per_second": decisions / thinking if thinking > 0 else None,
+        "decisions": decisions,
+        "decisions_per_second": decisions / thinking if thinking > 0 else None,
         "ends": {end: sum(e["end"] == end for e in episodes) for end in sorted({e["end"] for e in episodes})},
-        "seed": seed, "scorer": None, "model": None, **about,
+        "seed": seed,
+        "scorer": None,
+        "model": None,
+        **about,
     }
 
 

@@ -61,7 +61,9 @@ def make_folder(path: str | os.PathLike, setting: str = "output_dir") -> Path:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise PermissionError(f"cannot create {setting} {folder} ({error.strerror}); choose a writable {setting}") from None
+        raise PermissionError(
+            f"cannot create {setting} {folder} ({error.strerror}); choose a writable {setting}"
+        ) from None
     if not os.access(folder, os.W_OK | os.X_OK):
         raise PermissionError(f"{setting} {folder} is not writable; choose a writable {setting}")
     return folder
@@ -102,8 +104,9 @@ def dumps(value: Any, indent: int | None = None, what: str = "a result") -> str:
     try:
         return json.dumps(value, sort_keys=True, indent=indent, allow_nan=False)
     except ValueError as error:
-        raise ValueError(f"{what} holds a non-finite number (NaN or Infinity), which JSON cannot represent: "
-                         f"{_non_finite(value)}") from error
+        raise ValueError(
+            f"{what} holds a non-finite number (NaN or Infinity), which JSON cannot represent: {_non_finite(value)}"
+        ) from error
 
 
 def as_json_data(value: Any) -> Any:
@@ -158,10 +161,15 @@ def disk_full(error: OSError, path: Path, needed: int | None = None, *, appended
     except OSError:
         free = "free space unknown"
     need = f", about {needed:,} needed" if needed else ""
-    after = ("its last line may be torn: the next run cuts it off and resumes" if appended
-             else "the file was left as it was")
-    return DiskFullError(error.errno, f"no space left to write {path} ({free}{need}); {after}. Free some space "
-                                      f"(or choose another output_dir) and run again", str(path))
+    after = (
+        "its last line may be torn: the next run cuts it off and resumes" if appended else "the file was left as it was"
+    )
+    return DiskFullError(
+        error.errno,
+        f"no space left to write {path} ({free}{need}); {after}. Free some space "
+        f"(or choose another output_dir) and run again",
+        str(path),
+    )
 
 
 @contextlib.contextmanager
@@ -215,8 +223,9 @@ def write_json(path: str | os.PathLike, value: Any, *, indent: int | None = 2, w
     return write_text(path, dumps(value, indent=indent, what=what) + "\n")
 
 
-def append_jsonl(path: str | os.PathLike, rows: Sequence[dict], *, what: str | Callable[[dict], str] = "a row",
-                 sync: bool = True) -> None:
+def append_jsonl(
+    path: str | os.PathLike, rows: Sequence[dict], *, what: str | Callable[[dict], str] = "a row", sync: bool = True
+) -> None:
     """Append `rows` as strict-JSON lines in one write; with `sync`, flushed and fsynced before returning.
     what: names a row in the error for a non-finite number (a text, or a function of the row)."""
     if not rows:
@@ -272,14 +281,18 @@ def refuse_results(folder: str | os.PathLike, patterns: Sequence[str], *, what: 
     folder = Path(folder)
     existing = [path.name for pattern in patterns for path in sorted(folder.glob(pattern)) if path.exists()]
     if existing:
-        raise FileExistsError(f"{folder} already holds {what} ({_shown(existing)}); choose a new output_dir (nothing "
-                              f"was overwritten)")
+        raise FileExistsError(
+            f"{folder} already holds {what} ({_shown(existing)}); choose a new output_dir (nothing was overwritten)"
+        )
 
 
 JOBS = {  # job -> (what its folder holds, the files that only this job writes)
     "jetgym-qa": ("QA results", ("responses*.jsonl", "run.json", "runs*.jsonl", "reliability.png")),
     "jetgym-episode": ("episode results", ("steps*.jsonl", "episodes*.jsonl", "timings*.jsonl", "episode_*.gif")),
-    "jetgym-train": ("a training run", ("train.jsonl", "checkpoint.json", "checkpoint-*", "adapter", "learning_curve.png")),
+    "jetgym-train": (
+        "a training run",
+        ("train.jsonl", "checkpoint.json", "checkpoint-*", "adapter", "learning_curve.png"),
+    ),
 }
 
 
@@ -294,8 +307,10 @@ def refuse_other_jobs(folder: str | os.PathLike, job: str) -> None:
     for other, (what, patterns) in JOBS.items():
         found = [path.name for pattern in patterns for path in sorted(folder.glob(pattern))] if other != job else []
         if found:
-            raise FileExistsError(f"{folder} holds {what} written by {other} ({_shown(found)}); {job} does not "
-                                  f"write into another job's folder: choose a new output_dir (nothing was overwritten)")
+            raise FileExistsError(
+                f"{folder} holds {what} written by {other} ({_shown(found)}); {job} does not "
+                f"write into another job's folder: choose a new output_dir (nothing was overwritten)"
+            )
 
 
 def check_settings(path: str | os.PathLike, settings: dict, *, defaults: dict | None = None) -> None:
@@ -308,13 +323,17 @@ def check_settings(path: str | os.PathLike, settings: dict, *, defaults: dict | 
     try:
         recorded = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path} is not valid JSON ({getattr(error, 'msg', error)}; {path.stat().st_size} bytes): the "
-                         f"settings of the run in {path.parent} cannot be read; restore the file or use a fresh "
-                         f"output_dir") from None
+        raise ValueError(
+            f"{path} is not valid JSON ({getattr(error, 'msg', error)}; {path.stat().st_size} bytes): the "
+            f"settings of the run in {path.parent} cannot be read; restore the file or use a fresh "
+            f"output_dir"
+        ) from None
     before = as_json_data({**(defaults or {}), **recorded})
     changed = _differences(before, as_json_data(settings))
     if changed:
-        raise ValueError(f"{path.parent} holds a run with other settings ({', '.join(changed)}); use a fresh output_dir")
+        raise ValueError(
+            f"{path.parent} holds a run with other settings ({', '.join(changed)}); use a fresh output_dir"
+        )
 
 
 def _differences(before: dict, after: dict, prefix: str = "") -> list[str]:

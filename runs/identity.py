@@ -30,8 +30,11 @@ def _plain(value: Any) -> Any:
     """JSON for what a question holds: arrays and images by their bytes' digest, paths as text."""
     if hasattr(value, "tobytes"):
         shape = getattr(value, "shape", None) or getattr(value, "size", None)
-        return {"bytes": hashlib.sha256(value.tobytes()).hexdigest(), "shape": repr(shape),
-                "type": str(getattr(value, "dtype", getattr(value, "mode", type(value).__name__)))}
+        return {
+            "bytes": hashlib.sha256(value.tobytes()).hexdigest(),
+            "shape": repr(shape),
+            "type": str(getattr(value, "dtype", getattr(value, "mode", type(value).__name__))),
+        }
     if isinstance(value, os.PathLike):
         return os.fspath(value)
     return repr(value)
@@ -70,9 +73,11 @@ def check_unchanged(path: Path, done: dict[str, dict], questions: Sequence[Any])
     by_id = {q.id: q for q in questions}
     unchecked = [i for i, row in done.items() if not isinstance(row.get(FIELD), dict)]
     if unchecked:
-        raise ValueError(f"{path} holds {len(unchecked)} responses without a question fingerprint (e.g. "
-                         f"{unchecked[0]!r}; written by an older jetgym): what they answer cannot be checked, so the "
-                         f"run cannot resume; use a fresh output_dir")
+        raise ValueError(
+            f"{path} holds {len(unchecked)} responses without a question fingerprint (e.g. "
+            f"{unchecked[0]!r}; written by an older jetgym): what they answer cannot be checked, so the "
+            f"run cannot resume; use a fresh output_dir"
+        )
     changed = []
     for qid, row in done.items():
         now = fingerprint(by_id[qid])
@@ -81,12 +86,17 @@ def check_unchanged(path: Path, done: dict[str, dict], questions: Sequence[Any])
             changed.append((by_id[qid], parts))
     if not changed:
         return
-    shown = "; ".join(f"{q.id!r}" + (f" ({q.source})" if q.source else "") + f": {', '.join(parts)}"
-                      for q, parts in changed[:3])
+    shown = "; ".join(
+        f"{q.id!r}" + (f" ({q.source})" if q.source else "") + f": {', '.join(parts)}" for q, parts in changed[:3]
+    )
     more = f"; ... ({len(changed)} questions)" if len(changed) > 3 else ""
     order = ""
     if any(_from_row_order(q) for q, _ in changed):
-        order = (" The ids come from row order (the file gives no 'id'), so a row inserted or removed renumbers "
-                 "every later question: give each question an 'id'.")
-    raise ValueError(f"{path} answers another version of these questions ({shown}{more}): resuming would mix "
-                     f"answers to both; restore the questions or use a fresh output_dir.{order}")
+        order = (
+            " The ids come from row order (the file gives no 'id'), so a row inserted or removed renumbers "
+            "every later question: give each question an 'id'."
+        )
+    raise ValueError(
+        f"{path} answers another version of these questions ({shown}{more}): resuming would mix "
+        f"answers to both; restore the questions or use a fresh output_dir.{order}"
+    )

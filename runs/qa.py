@@ -28,8 +28,19 @@ from tqdm import tqdm
 
 from jetgym.runs import identity
 from jetgym.runs import ranks as ranks_
-from jetgym.runs.folder import (LOCK, append_jsonl, atomic_file, check_settings, folder_lock, make_folder,
-                                read_jsonl, refuse_other_jobs, refuse_results, write_json, write_text)
+from jetgym.runs.folder import (
+    LOCK,
+    append_jsonl,
+    atomic_file,
+    check_settings,
+    folder_lock,
+    make_folder,
+    read_jsonl,
+    refuse_other_jobs,
+    refuse_results,
+    write_json,
+    write_text,
+)
 
 RESPONSES = "responses.jsonl"
 SUMMARY = "summary.json"
@@ -44,11 +55,24 @@ GOLD_NLL_CLIP = -math.log(1e-15)
 Report = Callable[[Sequence[Any], list[dict], Path], None]
 
 
-def run_qa(questions: Sequence[Any], scorer: Any, output_dir: str | os.PathLike, *, chunk_size: int = 16,
-           pipeline: bool = True, on_error: str = "stop", settings: dict | None = None, about: dict | None = None,
-           reports: Sequence[Report] = (), started: float | None = None, gpu: bool = False,
-           rank_timeout_s: float = 1800.0, quiet: bool = False, allow_single_choice: bool = False,
-           on_start: Callable[[Path], None] | None = None) -> dict:
+def run_qa(
+    questions: Sequence[Any],
+    scorer: Any,
+    output_dir: str | os.PathLike,
+    *,
+    chunk_size: int = 16,
+    pipeline: bool = True,
+    on_error: str = "stop",
+    settings: dict | None = None,
+    about: dict | None = None,
+    reports: Sequence[Report] = (),
+    started: float | None = None,
+    gpu: bool = False,
+    rank_timeout_s: float = 1800.0,
+    quiet: bool = False,
+    allow_single_choice: bool = False,
+    on_start: Callable[[Path], None] | None = None,
+) -> dict:
     """Score every question into `output_dir` and return the summary (what `summary.json` holds).
 
     questions: `Question`s with distinct string ids (the resumption key). scorer: a built scorer (anything
@@ -90,8 +114,23 @@ def run_qa(questions: Sequence[Any], scorer: Any, output_dir: str | os.PathLike,
             refuse_other_jobs(out, "jetgym-qa")
             if not (out / RUN).exists() and not any(out.glob("responses*.jsonl")):  # responses: _run names them
                 refuse_results(out, (SUMMARY, REPORT), what=f"results but no {RUN}")
-            return _run(questions, scorer, out, chunk_size, pipeline, on_error, settings, about or {}, reports,
-                        started, gpu, rank_timeout_s, quiet, ranks, on_start)
+            return _run(
+                questions,
+                scorer,
+                out,
+                chunk_size,
+                pipeline,
+                on_error,
+                settings,
+                about or {},
+                reports,
+                started,
+                gpu,
+                rank_timeout_s,
+                quiet,
+                ranks,
+                on_start,
+            )
     finally:
         ranks_.finish(ranks)
 
@@ -102,8 +141,9 @@ def _check_ids(questions: list) -> None:
     seen: set = set()
     for index, question in enumerate(questions):
         if not isinstance(getattr(question, "id", None), str):
-            raise ValueError(f"questions[{index}] has no string id: run_qa keys responses by id "
-                             f"(Question(..., id='q{index}'))")
+            raise ValueError(
+                f"questions[{index}] has no string id: run_qa keys responses by id (Question(..., id='q{index}'))"
+            )
         if question.id in seen:
             raise ValueError(f"questions[{index}] repeats the id {question.id!r}: ids must be distinct")
         seen.add(question.id)
@@ -116,19 +156,38 @@ def _refuse_single_choice(questions: list) -> None:
         candidates = getattr(question, "candidates", None)
         if candidates is None or len(set(candidates)) >= 2:
             continue
-        what = (f"a single choice {candidates[0]!r}" if len(candidates) == 1 else
-                f"{len(candidates)} identical choices, each {candidates[0]!r} (the same text repeated)")
-        raise ValueError(f"{where(question)} has {what}: it is always chosen, so always graded correct; give it at "
-                         f"least two different choices, or set allow_single_choice=true to score it anyway")
+        what = (
+            f"a single choice {candidates[0]!r}"
+            if len(candidates) == 1
+            else f"{len(candidates)} identical choices, each {candidates[0]!r} (the same text repeated)"
+        )
+        raise ValueError(
+            f"{where(question)} has {what}: it is always chosen, so always graded correct; give it at "
+            f"least two different choices, or set allow_single_choice=true to score it anyway"
+        )
 
 
 def _is_factory(scorer: Any) -> bool:
     return callable(scorer) and not hasattr(scorer, "decide_many")
 
 
-def _run(questions: list, scorer: Any, out: Path, size: int, pipeline: bool, on_error: str, settings: dict | None,
-         about: dict, reports: Sequence[Report], started: float, gpu: bool, rank_timeout_s: float, quiet: bool,
-         ranks: ranks_.Ranks, on_start: Callable[[Path], None] | None = None) -> dict:
+def _run(
+    questions: list,
+    scorer: Any,
+    out: Path,
+    size: int,
+    pipeline: bool,
+    on_error: str,
+    settings: dict | None,
+    about: dict,
+    reports: Sequence[Report],
+    started: float,
+    gpu: bool,
+    rank_timeout_s: float,
+    quiet: bool,
+    ranks: ranks_.Ranks,
+    on_start: Callable[[Path], None] | None = None,
+) -> dict:
     if settings is None:
         scorer = scorer() if _is_factory(scorer) else scorer
         settings = {"scorer": scorer.describe()}
@@ -140,8 +199,10 @@ def _run(questions: list, scorer: Any, out: Path, size: int, pipeline: bool, on_
     responses_file, runs_file = out / ranks.suffix(RESPONSES), out / ranks.suffix(RUNS)
     done = read_responses(responses_file)
     if done and ranks.rank == 0 and not (out / RUN).exists():
-        raise ValueError(f"{out} holds {responses_file.name} but no {RUN}: the settings its responses were scored "
-                         f"with are unknown, so the run cannot resume; restore {RUN} or use a fresh output_dir")
+        raise ValueError(
+            f"{out} holds {responses_file.name} but no {RUN}: the settings its responses were scored "
+            f"with are unknown, so the run cannot resume; restore {RUN} or use a fresh output_dir"
+        )
     unknown = [i for i in done if i not in ids]
     if unknown:
         raise ValueError(
@@ -152,8 +213,11 @@ def _run(questions: list, scorer: Any, out: Path, size: int, pipeline: bool, on_
     skipped_before = {i for i, row in done.items() if row.get("skipped")}
     # fixed chunks of the set; a chunk with a missing row is scored whole (less the questions skipped before)
     fixed = [questions[at : at + size] for at in range(0, len(questions), size)]
-    chunks = [chunk for k, chunk in enumerate(fixed)
-              if k % ranks.world_size == ranks.rank and any(q.id not in done for q in chunk)]
+    chunks = [
+        chunk
+        for k, chunk in enumerate(fixed)
+        if k % ranks.world_size == ranks.rank and any(q.id not in done for q in chunk)
+    ]
     chunks = [[q for q in chunk if q.id not in skipped_before] for chunk in chunks]
     pending = sum(q.id not in done for chunk in chunks for q in chunk)
 
@@ -169,15 +233,26 @@ def _run(questions: list, scorer: Any, out: Path, size: int, pipeline: bool, on_
 
     def record(**extra) -> None:
         wall = time.monotonic() - started
-        run = {"started": begun, **counts, "resumed": resumed, "wall_seconds": round(wall, 3),
-               "requests_per_second": counts["requests"] / wall if wall > 0 else None, **extra}
+        run = {
+            "started": begun,
+            **counts,
+            "resumed": resumed,
+            "wall_seconds": round(wall, 3),
+            "requests_per_second": counts["requests"] / wall if wall > 0 else None,
+            **extra,
+        }
         append_jsonl(runs_file, [run], what="the run record")
 
     responses_file.touch()  # the run has started: its responses file exists, empty or not
     try:
         mine = sum(len(chunk) for k, chunk in enumerate(fixed) if k % ranks.world_size == ranks.rank)
-        with tqdm(total=mine, initial=mine - pending, unit="q", disable=quiet,
-                  desc=f"scoring (rank {ranks.rank}/{ranks.world_size})" if ranks.distributed else "scoring") as bar:
+        with tqdm(
+            total=mine,
+            initial=mine - pending,
+            unit="q",
+            disable=quiet,
+            desc=f"scoring (rank {ranks.rank}/{ranks.world_size})" if ranks.distributed else "scoring",
+        ) as bar:
             for chunk, (decisions, errors) in zip(chunks, decide_chunks(scorer, chunks, pipeline, on_error)):
                 by_id = {d.id: d for d in decisions}
                 rows = []
@@ -208,8 +283,9 @@ def _run(questions: list, scorer: Any, out: Path, size: int, pipeline: bool, on_
     from jetgym.questions.metrics import RELIABILITY_PNG, calibration_summary, plot_reliability, reliability_curves
 
     responses = [done[q.id] for q in questions]
-    runs = {r: read_jsonl(path, what="run record")
-            for r, path in enumerate(ranks_.rank_files(out, RUNS, ranks.world_size))}
+    runs = {
+        r: read_jsonl(path, what="run record") for r, path in enumerate(ranks_.rank_files(out, RUNS, ranks.world_size))
+    }
     summary = summarize(responses, scorer.describe(), runs, about)
     calibration = calibration_summary(responses, None, getattr(getattr(scorer, "options", None), "temperature", None))
     if calibration is not None:
@@ -238,7 +314,9 @@ def skippable(error: BaseException) -> bool:
     return isinstance(error, (ValueError, MemoryError)) or type(error).__name__ == "OutOfMemoryError"
 
 
-def decide_chunks(scorer, chunks: list, pipeline: bool, on_error: str = "stop") -> Iterator[tuple[list, dict[str, str]]]:
+def decide_chunks(
+    scorer, chunks: list, pipeline: bool, on_error: str = "stop"
+) -> Iterator[tuple[list, dict[str, str]]]:
     """(decisions, skipped {id: reason}) chunk by chunk. With `pipeline`, one persistent worker prepares
     (`Scorer.prepare`) the next chunk while the current one is scored (`Scorer.score`): at most one chunk
     ahead. A chunk that fails is settled question by question (`settle`)."""
@@ -296,8 +374,12 @@ def settle(scorer, chunk: list, error: BaseException, on_error: str) -> tuple[li
 
 def skipped_row(question, reason: str) -> dict:
     """The response row of a question skipped with `on_error=skip`."""
-    return {"id": question.id, "skipped": reason, "source": question.source,
-            identity.FIELD: identity.fingerprint(question)}
+    return {
+        "id": question.id,
+        "skipped": reason,
+        "source": question.source,
+        identity.FIELD: identity.fingerprint(question),
+    }
 
 
 def response_row(question, decision) -> dict:
@@ -325,9 +407,11 @@ def read_responses(path: Path) -> dict[str, dict]:
             raise ValueError(f"{path}:{line_no}: a response must be a JSON object with a string 'id'")
         missing = identity.missing_fields(row)
         if missing:
-            raise ValueError(f"{path}:{line_no}: the response to {row['id']!r} is incomplete (it lacks "
-                             f"{', '.join(missing)}); delete that line to score the question again, or use a fresh "
-                             f"output_dir")
+            raise ValueError(
+                f"{path}:{line_no}: the response to {row['id']!r} is incomplete (it lacks "
+                f"{', '.join(missing)}); delete that line to score the question again, or use a fresh "
+                f"output_dir"
+            )
         if row["id"] in responses:
             raise ValueError(f"{path}:{line_no}: duplicate response for {row['id']!r}")
         responses[row["id"]] = row
@@ -368,7 +452,9 @@ def gold_nll_stats(nlls: list[float]) -> dict:
     }
 
 
-def summarize(responses: list[dict], scorer_options: dict, runs: dict[int, list[dict]], about: dict | None = None) -> dict:
+def summarize(
+    responses: list[dict], scorer_options: dict, runs: dict[int, list[dict]], about: dict | None = None
+) -> dict:
     """summary.json: accuracy and gold NLL over all responses; timing over every recorded run that scored.
 
     `runs` are the records of runs.jsonl by rank (this run last; one rank without torchrun):
@@ -383,14 +469,19 @@ def summarize(responses: list[dict], scorer_options: dict, runs: dict[int, list[
     for rank, records in runs.items():
         working = [run for run in records if run["requests"]]
         requests_r, wall_r = sum(run["requests"] for run in working), sum(run["wall_seconds"] for run in working)
-        per_rank[rank] = {"requests": requests_r, "wall_seconds": round(wall_r, 3),
-                          "requests_per_second": requests_r / wall_r if wall_r > 0 else None}
+        per_rank[rank] = {
+            "requests": requests_r,
+            "wall_seconds": round(wall_r, 3),
+            "requests_per_second": requests_r / wall_r if wall_r > 0 else None,
+        }
     requests = sum(r["requests"] for r in per_rank.values())
     wall = max((r["wall_seconds"] for r in per_rank.values()), default=0.0)
     latest = [records[-1] for records in runs.values() if records]
-    this_run = {"requests": sum(r["requests"] for r in latest),
-                "wall_seconds": max((r["wall_seconds"] for r in latest), default=0.0),
-                "resumed": any(r.get("resumed") for r in latest)}
+    this_run = {
+        "requests": sum(r["requests"] for r in latest),
+        "wall_seconds": max((r["wall_seconds"] for r in latest), default=0.0),
+        "resumed": any(r.get("resumed") for r in latest),
+    }
     count = max((len(records) for records in runs.values()), default=0)
     placement = scorer_options.get("placement")
     about.setdefault("model", scorer_options.get("model"))
@@ -438,10 +529,16 @@ def render_report(summary: dict) -> str:
         f"folder{' (resumed)' if summary['resumed'] else ''}, by the wall time of the runs that scored any (model "
         f"load included). The clipped mean caps each gold NLL at {summary['gold_nll_clip']:.2f} (a gold "
         f"probability floor of 1e-15).\n"
-        + ("" if not summary.get("ranks") else "\n| rank | requests | wall s | requests/s |\n|---|---|---|---|\n" + "".join(
-            f"| {rank} | {r['requests']} | {r['wall_seconds']} | "
-            f"{'n/a' if r['requests_per_second'] is None else format(r['requests_per_second'], '.2f')} |\n"
-            for rank, r in summary["ranks"].items()))
+        + (
+            ""
+            if not summary.get("ranks")
+            else "\n| rank | requests | wall s | requests/s |\n|---|---|---|---|\n"
+            + "".join(
+                f"| {rank} | {r['requests']} | {r['wall_seconds']} | "
+                f"{'n/a' if r['requests_per_second'] is None else format(r['requests_per_second'], '.2f')} |\n"
+                for rank, r in summary["ranks"].items()
+            )
+        )
         + _calibration_lines(summary.get("calibration"))
     )
 
@@ -450,7 +547,17 @@ def _calibration_lines(calibration: dict | None) -> str:
     """Calibration of the chosen answers' probabilities (ECE, Brier), before and after a temperature."""
     if not calibration:
         return ""
-    rows = "".join(f"| {when} | {m['ece']:.4f} | {m['brier']:.4f} |\n" for when, m in calibration.items()
-                   if isinstance(m, dict) and m.get("ece") is not None)
-    return ("\n| probabilities | ECE | Brier |\n|---|---|---|\n" + rows
-            + "\nReliability diagram: reliability.png (see jetgym.questions.metrics).\n") if rows else ""
+    rows = "".join(
+        f"| {when} | {m['ece']:.4f} | {m['brier']:.4f} |\n"
+        for when, m in calibration.items()
+        if isinstance(m, dict) and m.get("ece") is not None
+    )
+    return (
+        (
+            "\n| probabilities | ECE | Brier |\n|---|---|---|\n"
+            + rows
+            + "\nReliability diagram: reliability.png (see jetgym.questions.metrics).\n"
+        )
+        if rows
+        else ""
+    )

@@ -105,8 +105,9 @@ def agree(ranks: Ranks, settings: dict) -> None:
     dist.all_gather_object(every, mine)
     differing = [r for r, h in enumerate(every) if h != every[0]]
     if differing:
-        raise RuntimeError(f"ranks {differing} were started with other settings than rank 0; "
-                           "run every rank with the same command line")
+        raise RuntimeError(
+            f"ranks {differing} were started with other settings than rank 0; run every rank with the same command line"
+        )
 
 
 def wait_for_all(ranks: Ranks, timeout_s: float) -> None:
@@ -134,7 +135,9 @@ def rank_files(folder: Path, name: str, world_size: int) -> list[Path]:
     return [folder / Ranks(r, world_size).suffix(name) for r in range(world_size)]
 
 
-def merge_jsonl(folder: Path, name: str, world_size: int, order: Iterable[object] | None, key: str | tuple[str, ...]) -> Path:
+def merge_jsonl(
+    folder: Path, name: str, world_size: int, order: Iterable[object] | None, key: str | tuple[str, ...]
+) -> Path:
     """Merge the ranks' `name` files into `folder/name`, rows ordered by `order` (their `key` values; a tuple
     of fields joins them with "/"), or, with `order=None`, by the key fields' values.
 
@@ -144,7 +147,9 @@ def merge_jsonl(folder: Path, name: str, world_size: int, order: Iterable[object
     sort_keys: dict[str, tuple] = {}
     for path in rank_files(folder, name, world_size):
         if not path.exists():
-            raise FileNotFoundError(f"{path} is missing: rank {path.name.split('rank-')[1].split('-')[0]} wrote nothing")
+            raise FileNotFoundError(
+                f"{path} is missing: rank {path.name.split('rank-')[1].split('-')[0]} wrote nothing"
+            )
         for line_no, line in enumerate(path.read_bytes().splitlines(keepends=True), 1):
             values = tuple(json.loads(line)[f] for f in fields)
             row_id = "/".join(map(str, values))

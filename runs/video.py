@@ -46,7 +46,9 @@ def annotate(screen: np.ndarray, lines: Sequence[str], scale: int = 2) -> np.nda
     return np.concatenate([big, panel], axis=0)
 
 
-def step_lines(step: int, text: str, reward: float, total: float, texts: Sequence[str], probs: Sequence[float] | None) -> list[str]:
+def step_lines(
+    step: int, text: str, reward: float, total: float, texts: Sequence[str], probs: Sequence[float] | None
+) -> list[str]:
     """Panel text of one decision: step, chosen control, reward so far, and the top probabilities."""
     lines = [f"step {step}: {text}", f"reward {reward:+g}  return {total:+g}"]
     if probs is not None:
@@ -68,6 +70,13 @@ def write_gif(frames: Sequence[np.ndarray], path: str | Path, fps: float) -> Pat
     path = Path(path)
     images = [Image.fromarray(frame) for frame in frames]
     with atomic_file(path) as partial:  # a killed run leaves no truncated GIF beside its logs
-        images[0].save(partial, format="GIF", save_all=True, append_images=images[1:],
-                       duration=max(20, round(1000 / fps)), loop=0, optimize=False)
+        images[0].save(
+            partial,
+            format="GIF",
+            save_all=True,
+            append_images=images[1:],
+            duration=max(20, round(1000 / fps)),
+            loop=0,
+            optimize=False,
+        )
     return path

@@ -4,5 +4,14 @@ the backends (`jet`, `fastjev`) are registered as "module:Class" strings and imp
 from .base import Scorer, ScorerBase, available_scorers, make_scorer, option_names, register_scorer
 from .types import Decision, Question, Usage
 
-__all__ = ["Decision", "Question", "Scorer", "ScorerBase", "Usage", "available_scorers", "make_scorer",
-           "option_names", "register_scorer"]
+__all__ = [
+    "Decision",
+    "Question",
+    "Scorer",
+    "ScorerBase",
+    "Usage",
+    "available_scorers",
+    "make_scorer",
+    "option_names",
+    "register_scorer",
+]

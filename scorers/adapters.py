@@ -30,8 +30,17 @@ def base_shape(model) -> dict:
     """The architecture numbers the fingerprint hashes (recorded beside it, so a mismatch can say what differs)."""
     config = model.config
     text = getattr(config, "text_config", None) or config
-    return {k: getattr(text, k, None) for k in ("model_type", "vocab_size", "hidden_size", "num_hidden_layers",
-                                                "num_attention_heads", "num_key_value_heads")}
+    return {
+        k: getattr(text, k, None)
+        for k in (
+            "model_type",
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+        )
+    }
 
 
 def base_fingerprint(model) -> str:
@@ -49,8 +58,11 @@ def base_fingerprint(model) -> str:
 
 def write_metadata(folder: Path, spec: str, model, fingerprint: str, kind: str) -> None:
     """`fingerprint`: `base_fingerprint` of the base `model`, taken before any training step."""
-    text = json.dumps({"base_model": spec, "base_fingerprint": fingerprint, "base_shape": base_shape(model),
-                       "kind": kind}, sort_keys=True, indent=2)
+    text = json.dumps(
+        {"base_model": spec, "base_fingerprint": fingerprint, "base_shape": base_shape(model), "kind": kind},
+        sort_keys=True,
+        indent=2,
+    )
     (folder / METADATA).write_text(text + "\n")
 
 
@@ -59,14 +71,18 @@ def read_metadata(path: str | Path) -> dict:
     folder = Path(path).expanduser()
     if not folder.is_dir():
         what = "is a file, not a folder" if folder.exists() else "does not exist"
-        raise AdapterError(f"adapter folder {str(path)!r} {what}: pass the `adapter/` folder a "
-                           f"jetgym-train run wrote (output_dir/adapter)")
+        raise AdapterError(
+            f"adapter folder {str(path)!r} {what}: pass the `adapter/` folder a "
+            f"jetgym-train run wrote (output_dir/adapter)"
+        )
     meta = folder / METADATA
     try:
         data = json.loads(meta.read_text())
     except FileNotFoundError:
-        raise AdapterError(f"{folder} is not a jetgym adapter: {METADATA} is missing (pass the `adapter/` folder "
-                           f"a jetgym-train run wrote)") from None
+        raise AdapterError(
+            f"{folder} is not a jetgym adapter: {METADATA} is missing (pass the `adapter/` folder "
+            f"a jetgym-train run wrote)"
+        ) from None
     except (OSError, ValueError) as error:
         raise AdapterError(f"{meta} is corrupt ({error}); train again or restore the file") from None
     if not isinstance(data, dict) or not {"base_model", "base_fingerprint", "kind"} <= data.keys():
@@ -78,14 +94,20 @@ def _difference(data: dict, model, found: str) -> str:
     """What differs between the adapter's base model and `model`, with the fix."""
     recorded, shape = data.get("base_shape"), base_shape(model)
     if recorded is None:
-        return (f"its metadata has no base_shape (written by an older jetgym, fingerprint {data['base_fingerprint']}); "
-                f"train it again")
+        return (
+            f"its metadata has no base_shape (written by an older jetgym, fingerprint {data['base_fingerprint']}); "
+            f"train it again"
+        )
     changed = [f"{k} {recorded.get(k)} vs {shape.get(k)}" for k in shape if recorded.get(k) != shape.get(k)]
     if changed:
-        return (f"it was trained on {data['base_model']!r}, whose architecture differs ({', '.join(changed)}): "
-                f"load it with model={data['base_model']}")
-    return (f"same architecture, but other base weights (fingerprint {data['base_fingerprint']} recorded, {found} "
-            f"here): it was trained on {data['base_model']!r} as it was then; load that model, or train again on this one")
+        return (
+            f"it was trained on {data['base_model']!r}, whose architecture differs ({', '.join(changed)}): "
+            f"load it with model={data['base_model']}"
+        )
+    return (
+        f"same architecture, but other base weights (fingerprint {data['base_fingerprint']} recorded, {found} "
+        f"here): it was trained on {data['base_model']!r} as it was then; load that model, or train again on this one"
+    )
 
 
 def apply_adapter(loaded, path: str | Path) -> None:
@@ -108,9 +130,11 @@ def apply_adapter(loaded, path: str | Path) -> None:
     except AdapterError:
         raise
     except Exception as error:  # peft/safetensors raise many types for a truncated or foreign file
-        raise AdapterError(f"cannot load the adapter in {folder} ({type(error).__name__}: "
-                           f"{str(error).splitlines()[0] if str(error) else 'no message'}); the files may be "
-                           f"truncated: train again or restore them") from None
+        raise AdapterError(
+            f"cannot load the adapter in {folder} ({type(error).__name__}: "
+            f"{str(error).splitlines()[0] if str(error) else 'no message'}); the files may be "
+            f"truncated: train again or restore them"
+        ) from None
     loaded.model.eval()
 
 

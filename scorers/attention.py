@@ -39,8 +39,9 @@ def grouped_sdpa_forward(module, query, key, value, attention_mask, dropout: flo
     """transformers attention function: `grouped_sdpa` where it applies, transformers' `sdpa` otherwise."""
     extra = kwargs.get("softcap") is not None or kwargs.get("position_bias") is not None
     if query.shape[1] == key.shape[1] or attention_mask is None or extra:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
     return grouped_sdpa(query, key, value, attention_mask, scaling, dropout), None
 
 

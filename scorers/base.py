@@ -40,9 +40,11 @@ class ScorerBase:
 
     def decide(self, question: Question) -> Decision:
         if not isinstance(question, Question):
-            raise TypeError(f"decide takes one jetgym.scorers.Question, got {_shown(question)}: write "
-                            f"decide(Question(context=..., candidates=[...]))"
-                            + (" (a list of questions goes to decide_many)" if isinstance(question, (list, tuple)) else ""))
+            raise TypeError(
+                f"decide takes one jetgym.scorers.Question, got {_shown(question)}: write "
+                f"decide(Question(context=..., candidates=[...]))"
+                + (" (a list of questions goes to decide_many)" if isinstance(question, (list, tuple)) else "")
+            )
         return self.decide_many([question])[0]
 
     def decide_many(self, questions: Sequence[Question]) -> list[Decision]:
@@ -67,17 +69,21 @@ def check_questions(questions: Any, call: str = "decide_many") -> list[Question]
     """The questions of a `decide_many`/`prepare` call as a list; anything but a list of `Question`s is a
     TypeError saying what to pass."""
     if isinstance(questions, Question):
-        raise TypeError(f"{call} takes a list of Questions, got one Question: write {call}([question]) "
-                        f"(or decide(question))")
+        raise TypeError(
+            f"{call} takes a list of Questions, got one Question: write {call}([question]) (or decide(question))"
+        )
     if isinstance(questions, (str, bytes, Mapping)) or not isinstance(questions, Iterable):
-        raise TypeError(f"{call} takes a list of jetgym.scorers.Question, got {_shown(questions)}: write "
-                        f"{call}([Question(context=..., candidates=[...]), ...])")
+        raise TypeError(
+            f"{call} takes a list of jetgym.scorers.Question, got {_shown(questions)}: write "
+            f"{call}([Question(context=..., candidates=[...]), ...])"
+        )
     items = list(questions)
     for index, question in enumerate(items):
         if not isinstance(question, Question):
             hint = "Question(**row)" if isinstance(question, Mapping) else "Question(context=..., candidates=[...])"
-            raise TypeError(f"{call}: questions[{index}] must be a jetgym.scorers.Question, got {_shown(question)}: "
-                            f"write {hint}")
+            raise TypeError(
+                f"{call}: questions[{index}] must be a jetgym.scorers.Question, got {_shown(question)}: write {hint}"
+            )
     return items
 
 
@@ -137,10 +143,13 @@ def check_options(name: str, options: Iterable[str], prefix: str | None = None) 
     if not unknown:
         return
     if prefix is None:
-        raise ValueError(f"scorer {name!r} takes no option {', '.join(map(repr, unknown))}; "
-                         f"its options: {', '.join(known)}")
-    raise ValueError(f"{prefix}{unknown[0]} does not apply to scorer={name} (its options: "
-                     f"{', '.join(k for k in known if k not in ('model', 'placement'))})")
+        raise ValueError(
+            f"scorer {name!r} takes no option {', '.join(map(repr, unknown))}; its options: {', '.join(known)}"
+        )
+    raise ValueError(
+        f"{prefix}{unknown[0]} does not apply to scorer={name} (its options: "
+        f"{', '.join(k for k in known if k not in ('model', 'placement'))})"
+    )
 
 
 def available_scorers() -> list[str]:

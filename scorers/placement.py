@@ -24,6 +24,8 @@ def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
         if line.startswith("flags"):
             flags.update(line.split(":", 1)[-1].split())
     return any(flag in flags for flag in NATIVE_BF16_FLAGS)
+
+
 DEVICES = ("cpu", "cuda", "auto", "offload_experts")
 
 
@@ -77,8 +79,11 @@ class Placement:
 
 def routed_expert_modules(model) -> list[tuple[str, object]]:
     """The routed-expert containers of a mixture-of-experts model (`...experts`, not shared experts)."""
-    return [(name, module) for name, module in model.named_modules()
-            if name.rsplit(".", 1)[-1] == "experts" and "shared" not in name]
+    return [
+        (name, module)
+        for name, module in model.named_modules()
+        if name.rsplit(".", 1)[-1] == "experts" and "shared" not in name
+    ]
 
 
 def offload_experts(model, device: str = "cuda") -> int:

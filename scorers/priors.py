@@ -36,9 +36,13 @@ def premise_of(normalization: str, neutral_premise: str | None) -> str:
     return DEFAULT_PREMISES[normalization] if neutral_premise is None else neutral_premise
 
 
-def corrected_scores(normalization: str, logprobs: Sequence[float], texts: Sequence[str],
-                     token_counts: Sequence[int] | None = None,
-                     prior_logprobs: Sequence[float] | None = None) -> tuple[float, ...]:
+def corrected_scores(
+    normalization: str,
+    logprobs: Sequence[float],
+    texts: Sequence[str],
+    token_counts: Sequence[int] | None = None,
+    prior_logprobs: Sequence[float] | None = None,
+) -> tuple[float, ...]:
     """The scores the softmax runs on, one per candidate (see the module notes)."""
     logprobs = [float(lp) for lp in logprobs]
     if normalization == "none":
@@ -102,7 +106,9 @@ class Corrections:
         self.normalization = options.normalization
         self.temperature = options.temperature
         self.template = options.template
-        self.premise = premise_of(self.normalization, options.neutral_premise) if needs_prior(self.normalization) else None
+        self.premise = (
+            premise_of(self.normalization, options.neutral_premise) if needs_prior(self.normalization) else None
+        )
         self.cache = PriorCache()
         self._pending: tuple[str, ...] = ()
         self._usage = None

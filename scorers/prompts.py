@@ -42,8 +42,9 @@ def render_context(tokenizer, context, template: Template) -> list[int]:
     raise ValueError(f"unknown template {template!r}; known: {', '.join(TEMPLATES)}")
 
 
-def encode(tokenizer, context, texts: Sequence[str], template: Template, window: int,
-           trace_ids: Sequence[int] = ()) -> EncodedQuestion:
+def encode(
+    tokenizer, context, texts: Sequence[str], template: Template, window: int, trace_ids: Sequence[int] = ()
+) -> EncodedQuestion:
     """Encode one question (a reasoning trace's tokens join the prefix); refuses, never truncates,
     a context that does not fit the model window."""
     prefix = render_context(tokenizer, context, template) + list(trace_ids)

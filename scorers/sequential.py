@@ -32,8 +32,12 @@ def _layer_classes():
     from transformers import cache_utils as cu
 
     return cu, {
-        cu.DynamicLayer, cu.DynamicSlidingWindowLayer, cu.LinearAttentionLayer,
-        cu.LinearAttentionAndFullAttentionLayer, cu.LinearAttentionAndSlidingWindowAttentionLayer, cu.DummyLayer,
+        cu.DynamicLayer,
+        cu.DynamicSlidingWindowLayer,
+        cu.LinearAttentionLayer,
+        cu.LinearAttentionAndFullAttentionLayer,
+        cu.LinearAttentionAndSlidingWindowAttentionLayer,
+        cu.DummyLayer,
     }
 
 

@@ -24,8 +24,10 @@ def _as_tuple(value: Sequence | None, name: str) -> tuple | None:
     if isinstance(value, (str, bytes)):
         raise TypeError(f"{name} must be a list of texts, not one string {value!r}: write [{value!r}]")
     if isinstance(value, Mapping):  # iterating a mapping gives its keys, which would be scored as the texts
-        raise TypeError(f"{name} must be a list of texts, not a mapping {dict(value)!r}: pass a list (for a "
-                        f"{{label: text}} mapping m: candidates=list(m.values()), labels=list(m))")
+        raise TypeError(
+            f"{name} must be a list of texts, not a mapping {dict(value)!r}: pass a list (for a "
+            f"{{label: text}} mapping m: candidates=list(m.values()), labels=list(m))"
+        )
     try:
         return tuple(value)
     except TypeError:
@@ -50,7 +52,9 @@ def _as_images(images: Any) -> tuple:
     if images is None:
         return ()
     if isinstance(images, (str, bytes, os.PathLike)):
-        raise TypeError(f"images must be a list of images (arrays or paths), not one path {images!r}: write [{images!r}]")
+        raise TypeError(
+            f"images must be a list of images (arrays or paths), not one path {images!r}: write [{images!r}]"
+        )
     if getattr(images, "ndim", None) in (2, 3) or hasattr(images, "getpixel"):
         raise TypeError("images must be a list of images, not one image: write [image]")
     try:
@@ -63,44 +67,59 @@ def _as_messages(context: Any) -> str | tuple[dict, ...]:
     """The context as one string or a tuple of checked chat messages."""
     if isinstance(context, str):
         if not context.strip():
-            raise ValueError("question context is empty" + (" (only whitespace)" if context else "")
-                             + ": give the question's text")
+            raise ValueError(
+                "question context is empty" + (" (only whitespace)" if context else "") + ": give the question's text"
+            )
         check_text(context, "question context")
         return context
     if context is None or isinstance(context, (bytes, int, float)) or not isinstance(context, Sequence):
-        raise TypeError(f"question context must be one string or a list of chat messages "
-                        f"{{'role': ..., 'content': ...}}, got {type(context).__name__} {context!r}")
+        raise TypeError(
+            f"question context must be one string or a list of chat messages "
+            f"{{'role': ..., 'content': ...}}, got {type(context).__name__} {context!r}"
+        )
     if not context:
         raise ValueError("question context has no messages")
     messages = []
     for i, message in enumerate(context):
         if not isinstance(message, dict):
-            raise TypeError(f"chat message {i} must be a mapping {{'role': ..., 'content': ...}}, got "
-                            f"{type(message).__name__} {message!r} (a plain text context is one string, not a list)")
+            raise TypeError(
+                f"chat message {i} must be a mapping {{'role': ..., 'content': ...}}, got "
+                f"{type(message).__name__} {message!r} (a plain text context is one string, not a list)"
+            )
         message = dict(message)
         missing = [key for key in ("role", "content") if key not in message]
         if missing:
-            raise ValueError(f"chat message {i} needs 'role' and 'content'; it lacks {' and '.join(repr(k) for k in missing)} "
-                             f"(it has {', '.join(repr(k) for k in message) or 'no keys'}): write {{'role': ..., 'content': ...}}")
+            raise ValueError(
+                f"chat message {i} needs 'role' and 'content'; it lacks {' and '.join(repr(k) for k in missing)} "
+                f"(it has {', '.join(repr(k) for k in message) or 'no keys'}): write {{'role': ..., 'content': ...}}"
+            )
         unknown = [key for key in message if key not in MESSAGE_KEYS]
         if unknown:
-            raise ValueError(f"chat message {i} has unknown key(s) {', '.join(repr(k) for k in unknown)}; "
-                             f"known: {', '.join(MESSAGE_KEYS)}")
+            raise ValueError(
+                f"chat message {i} has unknown key(s) {', '.join(repr(k) for k in unknown)}; "
+                f"known: {', '.join(MESSAGE_KEYS)}"
+            )
         check_choice(f"chat message {i} role", message["role"], ROLES)
         content = message["content"]
         if isinstance(content, str):
             if not content.strip() and not message.get("tool_calls"):
-                raise ValueError(f"chat message {i} ({message['role']}) has empty content"
-                                 + (" (only whitespace)" if content else "")
-                                 + ": give it a text, or leave the message out")
+                raise ValueError(
+                    f"chat message {i} ({message['role']}) has empty content"
+                    + (" (only whitespace)" if content else "")
+                    + ": give it a text, or leave the message out"
+                )
             check_text(content, f"chat message {i} content")
-        elif isinstance(content, (list, tuple)) and content and all(isinstance(p, dict) and "type" in p for p in content):
+        elif (
+            isinstance(content, (list, tuple)) and content and all(isinstance(p, dict) and "type" in p for p in content)
+        ):
             for part in content:  # a content-parts list (vision-language chat templates)
                 if isinstance(part.get("text"), str):
                     check_text(part["text"], f"chat message {i} content")
         else:
-            raise TypeError(f"chat message {i} 'content' must be a string (or a list of {{'type': ...}} parts), "
-                            f"got {type(content).__name__} {content!r}")
+            raise TypeError(
+                f"chat message {i} 'content' must be a string (or a list of {{'type': ...}} parts), "
+                f"got {type(content).__name__} {content!r}"
+            )
         messages.append(message)
     return tuple(messages)
 
@@ -275,7 +294,9 @@ class Decision:
             row["trace"] = self.trace
         row["labels"] = list(self.labels)
         if self.gold is not None:
-            gold_labels = [label for label, text in zip(self.labels, self.candidates) if text == self.candidates[self.gold]]
+            gold_labels = [
+                label for label, text in zip(self.labels, self.candidates) if text == self.candidates[self.gold]
+            ]
             if len(gold_labels) > 1:  # equivalent labels: every one with the gold text
                 row["gold_labels"] = gold_labels
         if self.normalization != "none":

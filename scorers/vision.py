@@ -65,8 +65,9 @@ def image_token_count(processor, prefix: Sequence[int]) -> int:
     return 0 if token_id is None else sum(1 for t in prefix if t == token_id)
 
 
-def encode_vision(processor, context, images: Sequence[Any], texts: Sequence[str], template: Template,
-                  window: int) -> EncodedQuestion:
+def encode_vision(
+    processor, context, images: Sequence[Any], texts: Sequence[str], template: Template, window: int
+) -> EncodedQuestion:
     """Encode one question for a vision-language model; refuses, never truncates, a prefix (visual tokens
     included) that does not fit the model window."""
     if processor is None:
@@ -79,13 +80,15 @@ def encode_vision(processor, context, images: Sequence[Any], texts: Sequence[str
     if not getattr(processor, "chat_template", None):
         raise ValueError("this model's processor has no chat template, which image input needs")
     pictures = [load_image(image, i) for i, image in enumerate(images)]
-    text = processor.apply_chat_template(messages_with_images(context, len(pictures)), add_generation_prompt=True,
-                                         tokenize=False)
+    text = processor.apply_chat_template(
+        messages_with_images(context, len(pictures)), add_generation_prompt=True, tokenize=False
+    )
     inputs = processor(text=[text], images=pictures or None, return_tensors="pt")
     prefix = tuple(inputs["input_ids"][0].tolist())
     if not prefix:
         raise ValueError("the context encodes to no tokens")
     extra = {name: value for name, value in inputs.items() if name not in NOT_PREFIX_INPUTS}
-    encoded = EncodedQuestion(prefix, encode_continuations(processor.tokenizer, texts), extra,
-                              image_token_count(processor, prefix))
+    encoded = EncodedQuestion(
+        prefix, encode_continuations(processor.tokenizer, texts), extra, image_token_count(processor, prefix)
+    )
     return check_window(encoded, window)

@@ -68,8 +68,10 @@ ConfigStore.instance().store(name="bench_schema", node=BenchConfig)
 def _requests(question):
     from lm_eval.api.instance import Instance
 
-    return [Instance(request_type="loglikelihood", doc={}, arguments=(question.context, c), idx=i)
-            for i, c in enumerate(question.candidates)]
+    return [
+        Instance(request_type="loglikelihood", doc={}, arguments=(question.context, c), idx=i)
+        for i, c in enumerate(question.candidates)
+    ]
 
 
 def _timed(fn):
@@ -86,8 +88,13 @@ def per_question_summary(times: list[list[float]]) -> dict:
     """Per-question timings (one list of rounds per question) -> the median over questions of each question's
     median, its interquartile range over questions, and the first pass (median over questions of round 1)."""
     medians = spread([statistics.median(t) for t in times])
-    return {"median": medians["median"], "q1": medians["q1"], "q3": medians["q3"],
-            "first_pass": statistics.median(t[0] for t in times), "total_median": sum(statistics.median(t) for t in times)}
+    return {
+        "median": medians["median"],
+        "q1": medians["q1"],
+        "q3": medians["q3"],
+        "first_pass": statistics.median(t[0] for t in times),
+        "total_median": sum(statistics.median(t) for t in times),
+    }
 
 
 def run_bench(cfg: BenchConfig) -> dict:
@@ -106,11 +113,16 @@ def run_bench(cfg: BenchConfig) -> dict:
     loaded = load_model(cfg.model, {"device": "cpu", "dtype": cfg.dtype})
     model = loaded.model
     dtype = model_dtype(model)
-    jets = {s: make_scorer("jet", model=loaded, template="none", schedule=s, max_batch_tokens=cfg.max_batch_tokens,
-                             reuse_prefix=False)  # every timing computes its whole prefix (questions are re-timed)
-            for s in ("independent", *SCHEDULES)}
-    lm_evals = {bs: HFLM(pretrained=resolve(cfg.model), batch_size=bs, device="cpu", dtype=dtype_name(dtype))
-                for bs in sorted(set(cfg.per_question_lm_eval_batch_sizes) | set(cfg.whole_set_lm_eval_batch_sizes))}
+    jets = {
+        s: make_scorer(
+            "jet", model=loaded, template="none", schedule=s, max_batch_tokens=cfg.max_batch_tokens, reuse_prefix=False
+        )  # every timing computes its whole prefix (questions are re-timed)
+        for s in ("independent", *SCHEDULES)
+    }
+    lm_evals = {
+        bs: HFLM(pretrained=resolve(cfg.model), batch_size=bs, device="cpu", dtype=dtype_name(dtype))
+        for bs in sorted(set(cfg.per_question_lm_eval_batch_sizes) | set(cfg.whole_set_lm_eval_batch_sizes))
+    }
 
     def info_floor(encoded):
         with torch.inference_mode():
@@ -135,13 +147,18 @@ def run_bench(cfg: BenchConfig) -> dict:
         "info_floor": lambda q, e: info_floor(e),
         "compute_floor": lambda q, e: compute_floor(e),
         **{s: (lambda s: lambda q, e: jet(s, q))(s) for s in ("independent", *SCHEDULES)},
-        **{f"lm_eval_bs{bs}": (lambda bs: lambda q, e: lm_eval(bs, q, e))(bs) for bs in cfg.per_question_lm_eval_batch_sizes},
+        **{
+            f"lm_eval_bs{bs}": (lambda bs: lambda q, e: lm_eval(bs, q, e))(bs)
+            for bs in cfg.per_question_lm_eval_batch_sizes
+        },
     }
     names = list(methods)
     times = {n: [] for n in names}
     scores = {n: [] for n in names if not n.endswith("floor")}
     tokens = {n: [0, 0] for n in names}
-    encodings = [encode(loaded.tokenizer, q.context, list(dict.fromkeys(q.candidates)), "none", loaded.window) for q in questions]
+    encodings = [
+        encode(loaded.tokenizer, q.context, list(dict.fromkeys(q.candidates)), "none", loaded.window) for q in questions
+    ]
     for q, e in zip(questions[: cfg.warmup_questions], encodings[: cfg.warmup_questions]):  # warm-up, untimed
         for n in names:
             methods[n](q, e)
@@ -160,9 +177,13 @@ def run_bench(cfg: BenchConfig) -> dict:
             times[n].append(rounds[n])
 
     all_requests = [r for q in questions for r in _requests(q)]
-    whole_methods = {"jet_packed_cross_question": lambda: jets["packed"].decide_many(questions),
-                     **{f"lm_eval_bs{bs}": (lambda bs: lambda: lm_evals[bs].loglikelihood(all_requests, disable_tqdm=True))(bs)
-                        for bs in cfg.whole_set_lm_eval_batch_sizes}}
+    whole_methods = {
+        "jet_packed_cross_question": lambda: jets["packed"].decide_many(questions),
+        **{
+            f"lm_eval_bs{bs}": (lambda bs: lambda: lm_evals[bs].loglikelihood(all_requests, disable_tqdm=True))(bs)
+            for bs in cfg.whole_set_lm_eval_batch_sizes
+        },
+    }
     whole_times = {n: [] for n in whole_methods}
     whole_tokens = {}
     for r in tqdm(range(cfg.whole_set_rounds), desc="whole set"):
@@ -170,8 +191,14 @@ def run_bench(cfg: BenchConfig) -> dict:
             seconds, value = _timed(whole_methods[n])
             whole_times[n].append(seconds)
             if n == "jet_packed_cross_question":
-                whole_tokens[n] = (sum(d.usage.prefix_tokens for d in value), sum(d.usage.candidate_tokens for d in value))
-    lm_tokens = (sum(len(e.prefix) * len(e.continuations) for e in encodings), sum(len(c) for e in encodings for c in e.continuations))
+                whole_tokens[n] = (
+                    sum(d.usage.prefix_tokens for d in value),
+                    sum(d.usage.candidate_tokens for d in value),
+                )
+    lm_tokens = (
+        sum(len(e.prefix) * len(e.continuations) for e in encodings),
+        sum(len(c) for e in encodings for c in e.continuations),
+    )
     whole_tokens.update({n: lm_tokens for n in whole_methods if n.startswith("lm_eval")})
 
     reference = scores["independent"]
@@ -190,15 +217,23 @@ def run_bench(cfg: BenchConfig) -> dict:
         whole[n] = spread(t)
         whole[n]["model_flops_per_second"] = flops(*whole_tokens[n]) / whole[n]["median"]
     results = {
-        "command": "jetgym-bench " + " ".join(sys.argv[1:]), "dtype": dtype_name(dtype),
-        "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-        "rounds": cfg.rounds, "whole_set_rounds": cfg.whole_set_rounds, "warmup_questions": cfg.warmup_questions,
-        "questions": len(questions), "requests": len(all_requests),
+        "command": "jetgym-bench " + " ".join(sys.argv[1:]),
+        "dtype": dtype_name(dtype),
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "rounds": cfg.rounds,
+        "whole_set_rounds": cfg.whole_set_rounds,
+        "warmup_questions": cfg.warmup_questions,
+        "questions": len(questions),
+        "requests": len(all_requests),
         "mean_prefix_tokens": statistics.mean(len(e.prefix) for e in encodings),
         "mean_candidate_tokens": statistics.mean(sum(len(c) for c in e.continuations) for e in encodings),
         "model_flops_per_token": flops.per_token(),
         "matmul_peak_flops_per_second": matmul_peak(dtype),
-        "per_question": per_question, "per_question_seconds": times, "whole_set": whole, "agreement": agreement,
+        "per_question": per_question,
+        "per_question_seconds": times,
+        "whole_set": whole,
+        "agreement": agreement,
     }
     # fp32 keeps the section it always had; every other dtype writes its own beside it
     name = "jet_execution" if results["dtype"] == "float32" else f"jet_execution_{results['dtype']}"
@@ -233,19 +268,25 @@ def render(r: dict) -> str:
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for n, s in pq.items():
-        lines.append(f"| {n} | {s['median'] * 1000:.1f} [{s['q1'] * 1000:.1f}, {s['q3'] * 1000:.1f}] | {s['first_pass'] * 1000:.1f} | "
-                     f"{s['median'] / m['compute_floor']:.2f}x | {s['median'] / m['info_floor']:.2f}x | "
-                     f"{s['model_flops_per_second'] / 1e9:.1f} | {100 * s['model_flops_per_second'] / peak:.0f}% |")
+        lines.append(
+            f"| {n} | {s['median'] * 1000:.1f} [{s['q1'] * 1000:.1f}, {s['q3'] * 1000:.1f}] | {s['first_pass'] * 1000:.1f} | "
+            f"{s['median'] / m['compute_floor']:.2f}x | {s['median'] / m['info_floor']:.2f}x | "
+            f"{s['model_flops_per_second'] / 1e9:.1f} | {100 * s['model_flops_per_second'] / peak:.0f}% |"
+        )
     lines += [
         "",
         f"Best schedule: **{best}** ({m[best] / m['compute_floor']:.2f}x the compute floor). "
         f"independent/{best} = {m['independent'] / m[best]:.2f}x; "
-        + "; ".join(f"{n}/{best} = {m[n] / m[best]:.2f}x" for n in m if n.startswith("lm_eval")) + ".",
+        + "; ".join(f"{n}/{best} = {m[n] / m[best]:.2f}x" for n in m if n.startswith("lm_eval"))
+        + ".",
         "",
         "| whole set | median s [IQR] | first pass s | model GFLOP/s | % of matmul peak |",
         "|---|---:|---:|---:|---:|",
-        *[f"| {n} | {s['median']:.1f} [{s['q1']:.1f}, {s['q3']:.1f}] | {s['first']:.1f} | {s['model_flops_per_second'] / 1e9:.1f} | "
-          f"{100 * s['model_flops_per_second'] / peak:.0f}% |" for n, s in w.items()],
+        *[
+            f"| {n} | {s['median']:.1f} [{s['q1']:.1f}, {s['q3']:.1f}] | {s['first']:.1f} | {s['model_flops_per_second'] / 1e9:.1f} | "
+            f"{100 * s['model_flops_per_second'] / peak:.0f}% |"
+            for n, s in w.items()
+        ],
         "",
         f"Whole set: {lm_best_name} (lm-eval's best batch size) / jet packed cross-question = "
         f"**{w[lm_best_name]['median'] / w['jet_packed_cross_question']['median']:.2f}x** (medians; first pass "
@@ -253,8 +294,10 @@ def render(r: dict) -> str:
         "",
         "| agreement with `independent` | identical choices | max abs delta logprob |",
         "|---|---:|---:|",
-        *[f"| {n} | {a['identical_choices_vs_independent']}/{r['questions']} | {a['max_abs_delta_logprob_vs_independent']:.2e} |"
-          for n, a in r["agreement"].items()],
+        *[
+            f"| {n} | {a['identical_choices_vs_independent']}/{r['questions']} | {a['max_abs_delta_logprob_vs_independent']:.2e} |"
+            for n, a in r["agreement"].items()
+        ],
         "",
         "The `auto` schedule picks `packed` for attention-only models. Whole-set `decide_many` runs questions as "
         "left-padded rows of shared calls (up to `max_batch_tokens` tokens each), so the fixed per-call cost is shared.",

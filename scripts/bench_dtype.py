@@ -59,8 +59,10 @@ class BenchDtypeConfig:
         if self.questions not in QUESTION_SETS:
             raise ValueError(f"questions must be one of {', '.join(QUESTION_SETS)}, got {self.questions!r}")
         if self.questions == "doom" and not self.steps:
-            raise ValueError("questions=doom needs steps=PATH: the steps.jsonl of a jetgym-episode run "
-                             "(e.g. jetgym-episode env=defend_the_center video=false output_dir=runs/doom)")
+            raise ValueError(
+                "questions=doom needs steps=PATH: the steps.jsonl of a jetgym-episode run "
+                "(e.g. jetgym-episode env=defend_the_center video=false output_dir=runs/doom)"
+            )
         if self.template is None:
             self.template = "none" if self.questions == "mmlu" else "chat"
         for name in self.methods:
@@ -100,8 +102,10 @@ class MethodSpec:
             elif key in ("threads", "batch") and value.isdigit() and int(value) > 0:
                 fields[key] = int(value)
             else:
-                raise ValueError(f"methods: unknown trial {trial!r} in {name!r}; use compile, reuse, threads:N or "
-                                 "batch:N (N a positive integer)")
+                raise ValueError(
+                    f"methods: unknown trial {trial!r} in {name!r}; use compile, reuse, threads:N or "
+                    "batch:N (N a positive integer)"
+                )
         return cls(dtype, **fields)
 
 
@@ -122,8 +126,13 @@ def build_methods(cfg: BenchDtypeConfig) -> dict:
             loaded = load_model(cfg.model, {"device": "cpu", "dtype": spec.dtype})
         if spec.compile:
             loaded.model.forward = torch.compile(loaded.model.forward, dynamic=True)
-        scorer = make_scorer("jet", model=loaded, template=cfg.template, reuse_prefix=spec.reuse,
-                             max_batch_tokens=spec.batch or cfg.max_batch_tokens)
+        scorer = make_scorer(
+            "jet",
+            model=loaded,
+            template=cfg.template,
+            reuse_prefix=spec.reuse,
+            max_batch_tokens=spec.batch or cfg.max_batch_tokens,
+        )
         methods[name] = with_threads(scorer.decide_many, spec.threads), scorer
     return methods
 
@@ -142,6 +151,7 @@ def with_threads(fn, threads: Optional[int]):
             return fn(*args)
         finally:
             torch.set_num_threads(before)
+
     return run
 
 
@@ -163,8 +173,13 @@ def recorded_questions(steps: str, limit: int | None = None) -> list:
         if row.get("question") is None:
             continue
         context = row["question"]  # one message, or the chat messages as a list
-        questions.append(Question(context=context if isinstance(context, str) else tuple(context), candidates=texts,
-                                  id=f"e{row['episode']}/s{row['step']}"))
+        questions.append(
+            Question(
+                context=context if isinstance(context, str) else tuple(context),
+                candidates=texts,
+                id=f"e{row['episode']}/s{row['step']}",
+            )
+        )
         if limit is not None and len(questions) == limit:
             break
     if not questions:
@@ -201,7 +216,7 @@ def run_bench(cfg: BenchDtypeConfig) -> dict:
     decisions = {n: [] for n in names}
     tokens = {n: [0, 0] for n in names}  # prefix, candidate tokens fed
     for index, chunk in enumerate(tqdm(chunks, desc="chunks")):
-        order = names[index % len(names):] + names[: index % len(names)]
+        order = names[index % len(names) :] + names[: index % len(names)]
         for name in order:
             start = time.perf_counter()
             made = methods[name][0](chunk)
@@ -219,32 +234,47 @@ def run_bench(cfg: BenchDtypeConfig) -> dict:
         q1, median, q3 = statistics.quantiles(per_question, n=4) if len(per_question) > 1 else [per_question[0]] * 3
         total = sum(seconds[name])
         rows[name] = {
-            "whole_set_seconds": total, "first_chunk_seconds": seconds[name][0],
+            "whole_set_seconds": total,
+            "first_chunk_seconds": seconds[name][0],
             "seconds_per_question": {"median": median, "q1": q1, "q3": q3},
             "same_choice": sum(a.choice == b.choice for a, b in zip(decisions[name], reference)),
-            "max_abs_delta_prob": max(max(abs(x - y) for x, y in zip(a.probs, b.probs)) for a, b in zip(decisions[name], reference)),
-            "max_abs_delta_logprob": max(max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) for a, b in zip(decisions[name], reference)),
+            "max_abs_delta_prob": max(
+                max(abs(x - y) for x, y in zip(a.probs, b.probs)) for a, b in zip(decisions[name], reference)
+            ),
+            "max_abs_delta_logprob": max(
+                max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) for a, b in zip(decisions[name], reference)
+            ),
             "correct": sum(bool(d.correct) for d in decisions[name]) if reference[0].correct is not None else None,
             "model_flops_per_second": flops(*tokens[name]) / total,
             "matmul_peak_flops_per_second": peaks[MethodSpec.parse(name).dtype],
         }
     return {
-        "command": "jetgym-bench-dtype " + " ".join(sys.argv[1:]), "questions": len(questions), "chunks": len(chunks),
-        "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), "machine": platform.machine(),
-        "native_bf16": cpu_has_native_bf16(), "template": cfg.template, "max_batch_tokens": cfg.max_batch_tokens,
-        "question_set": cfg.questions, "chunk_size": cfg.chunk_size, "methods": rows,
+        "command": "jetgym-bench-dtype " + " ".join(sys.argv[1:]),
+        "questions": len(questions),
+        "chunks": len(chunks),
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "machine": platform.machine(),
+        "native_bf16": cpu_has_native_bf16(),
+        "template": cfg.template,
+        "max_batch_tokens": cfg.max_batch_tokens,
+        "question_set": cfg.questions,
+        "chunk_size": cfg.chunk_size,
+        "methods": rows,
     }
 
 
 def render(r: dict) -> str:
     title = {"mmlu": "MMLU", "libero": "LIBERO frames", "doom": "Doom control loop"}[r["question_set"]]
     lines = [
-        f"## CPU dtypes: speed and agreement with fp32 ({title}, {r['questions']} questions, `jet`)", "",
+        f"## CPU dtypes: speed and agreement with fp32 ({title}, {r['questions']} questions, `jet`)",
+        "",
         f"Command: `{r['command']}` — {r['machine']} CPU with native bf16 = {r['native_bf16']}, {r['cores']} cores, "
         f"{r['torch_threads']} torch threads, embedded SmolLM2-135M-Instruct, template {r['template']}, "
         f"max_batch_tokens {r['max_batch_tokens']} unless a method says `batch:N`. {r['questions']} questions in "
         f"{r['chunks']} chunks of {r['chunk_size']}; every chunk runs under every method in rotating order (one process, "
-        "equal rounds, one untimed warm-up). Seconds per question: median over chunks [interquartile range].", "",
+        "equal rounds, one untimed warm-up). Seconds per question: median over chunks [interquartile range].",
+        "",
         "| method | whole set s | s / question | first chunk s | same choice as fp32 | max abs dprob | max abs dlogprob | accuracy | model GFLOP/s | matmul peak GFLOP/s |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -255,7 +285,8 @@ def render(r: dict) -> str:
             f"| {name} | {m['whole_set_seconds']:.1f} | {s['median']:.3f} [{s['q1']:.3f}, {s['q3']:.3f}] | "
             f"{m['first_chunk_seconds']:.2f} | {m['same_choice']}/{r['questions']} | {m['max_abs_delta_prob']:.4f} | "
             f"{m['max_abs_delta_logprob']:.3f} | {accuracy} | {m['model_flops_per_second'] / 1e9:.1f} | "
-            f"{m['matmul_peak_flops_per_second'] / 1e9:.0f} |")
+            f"{m['matmul_peak_flops_per_second'] / 1e9:.0f} |"
+        )
     return "\n".join(lines)
 
 

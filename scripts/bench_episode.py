@@ -70,8 +70,11 @@ def play(scenario: str, episodes: int, seed: int, out: Path, scorers: dict[str, 
     for name, extra in agents.items():
         folder = out / scenario / folder_name(name)
         summary = run_episodes(compose("episode", base + extra + [f"output_dir={folder}"]), quiet=True)
-        results[name] = {"returns": returns_of(folder), "mean_length": summary["mean_length"],
-                         "decisions_per_second": summary.get("decisions_per_second")}
+        results[name] = {
+            "returns": returns_of(folder),
+            "mean_length": summary["mean_length"],
+            "decisions_per_second": summary.get("decisions_per_second"),
+        }
         if is_scorer(name):
             described[name] = {**(summary.get("scorer") or {}), "model": summary.get("model")}
         print(f"{scenario} {name}: mean return {summary['mean_return']:.2f}", flush=True)
@@ -85,21 +88,39 @@ def compare(agents: dict) -> dict:
     means = {name: episode_bootstrap(r["returns"], seeds).to_dict() for name, r in agents.items()}
     fixed = [name for name in agents if name.startswith("fixed: ")]
     best = max(fixed, key=lambda name: means[name]["estimate"])
-    paired = {scorer: {other: paired_episode_bootstrap(agents[scorer]["returns"], agents[other]["returns"],
-                                                       seeds).to_dict()
-                       for other in ("random", best, "scripted")}
-              for scorer in agents if is_scorer(scorer)}
+    paired = {
+        scorer: {
+            other: paired_episode_bootstrap(agents[scorer]["returns"], agents[other]["returns"], seeds).to_dict()
+            for other in ("random", best, "scripted")
+        }
+        for scorer in agents
+        if is_scorer(scorer)
+    }
     return {"means": means, "best_fixed": best, "paired": paired}
 
 
-def bench(scenarios=SCENARIOS, episodes: int = 20, seed: int = 1000, overrides=(), output_dir: str = "outputs/bench_episode",
-          docs: bool = False, fewer: dict[str, int] | None = None, normalizations=()) -> dict:
+def bench(
+    scenarios=SCENARIOS,
+    episodes: int = 20,
+    seed: int = 1000,
+    overrides=(),
+    output_dir: str = "outputs/bench_episode",
+    docs: bool = False,
+    fewer: dict[str, int] | None = None,
+    normalizations=(),
+) -> dict:
     started = time.monotonic()
     out = Path(output_dir)
     counts = {scenario: (fewer or {}).get(scenario, episodes) for scenario in scenarios}
-    report = {"scenarios": {}, "episodes": episodes, "counts": counts, "seed": seed, "overrides": list(overrides),
-              "normalizations": list(normalizations),
-              "machine": f"{platform.machine()} CPU, {torch.get_num_threads()} torch threads"}
+    report = {
+        "scenarios": {},
+        "episodes": episodes,
+        "counts": counts,
+        "seed": seed,
+        "overrides": list(overrides),
+        "normalizations": list(normalizations),
+        "machine": f"{platform.machine()} CPU, {torch.get_num_threads()} torch threads",
+    }
     scorers = scorer_agents(list(overrides), normalizations)
     for scenario in scenarios:
         played = play(scenario, counts[scenario], seed, out, scorers)
@@ -133,7 +154,7 @@ def render(report: dict) -> str:
         flags += " --fewer " + " ".join(f"{k}={n}" for k, n in fewer.items())
     if report["normalizations"]:
         flags += " --normalizations " + " ".join(report["normalizations"])
-    title = ("the scorer with each `normalization`" if report["normalizations"] else "the scorer")
+    title = "the scorer with each `normalization`" if report["normalizations"] else "the scorer"
     lines = [
         f"## ViZDoom agents: {title} vs random, every fixed control and scripted",
         "",
@@ -146,17 +167,21 @@ def render(report: dict) -> str:
         "defend-the-center worked examples (`env.examples`) were chosen on seeds 900-904, never on the reported ones; "
         "basic and health gathering have no examples (zero-shot)."
         + (" The examples were chosen with normalization none." if report["normalizations"] else "")
-        + "".join(f" {k}: {n} episodes (seeds {report['seed']}..{report['seed'] + n - 1}), its episodes are long."
-                  for k, n in fewer.items()),
+        + "".join(
+            f" {k}: {n} episodes (seeds {report['seed']}..{report['seed'] + n - 1}), its episodes are long."
+            for k, n in fewer.items()
+        ),
     ]
     for scenario, r in report["scenarios"].items():
         lines += ["", f"### {scenario}", ""]
         for name, scorer in r["scorers"].items():
-            lines.append(f"{name}: {scorer.get('name', 'jet')} on {scorer.get('model', '?')}, dtype "
-                         f"{scorer.get('dtype_used', '?')}, template {scorer.get('template', '?')}, normalization "
-                         f"{scorer.get('normalization', '?')}; {r['agents'][name]['decisions_per_second'] or 0:.2f} "
-                         "decisions/s (agent time only; one pass, a by-product of the episodes, not a timing "
-                         "benchmark).")
+            lines.append(
+                f"{name}: {scorer.get('name', 'jet')} on {scorer.get('model', '?')}, dtype "
+                f"{scorer.get('dtype_used', '?')}, template {scorer.get('template', '?')}, normalization "
+                f"{scorer.get('normalization', '?')}; {r['agents'][name]['decisions_per_second'] or 0:.2f} "
+                "decisions/s (agent time only; one pass, a by-product of the episodes, not a timing "
+                "benchmark)."
+            )
             lines.append("")
         lines += ["| agent | mean return [95% CI] | mean length (decisions) |", "|---|---|---|"]
         for name, agent in r["agents"].items():
@@ -175,20 +200,36 @@ def main(argv=None) -> None:
     parser.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=SCENARIOS)
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1000)
-    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                        help="a jetgym-episode override for the scorer agent's runs (repeatable)")
-    parser.add_argument("--fewer", nargs="*", default=[], metavar="SCENARIO=N",
-                        help="fewer episodes for a scenario, e.g. health_gathering=5 (its episodes last up to 525 decisions)")
-    parser.add_argument("--normalizations", nargs="+", default=[], choices=NORMALIZATIONS,
-                        help="play the scorer once per scorer.normalization (section vizdoom-normalization)")
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a jetgym-episode override for the scorer agent's runs (repeatable)",
+    )
+    parser.add_argument(
+        "--fewer",
+        nargs="*",
+        default=[],
+        metavar="SCENARIO=N",
+        help="fewer episodes for a scenario, e.g. health_gathering=5 (its episodes last up to 525 decisions)",
+    )
+    parser.add_argument(
+        "--normalizations",
+        nargs="+",
+        default=[],
+        choices=NORMALIZATIONS,
+        help="play the scorer once per scorer.normalization (section vizdoom-normalization)",
+    )
     parser.add_argument("--output-dir", default="outputs/bench_episode")
     parser.add_argument("--docs", action="store_true", help="also write docs/benchmarks.md (from a checkout)")
     args = parser.parse_args(argv)
     if args.episodes < 2:
         parser.error("--episodes must be at least 2 (intervals need more than one episode)")
     fewer = parse_counts(parser, "--fewer", "SCENARIO", args.fewer, SCENARIOS, 2)
-    bench(args.scenarios, args.episodes, args.seed, args.override, args.output_dir, args.docs, fewer,
-          args.normalizations)
+    bench(
+        args.scenarios, args.episodes, args.seed, args.override, args.output_dir, args.docs, fewer, args.normalizations
+    )
 
 
 if __name__ == "__main__":

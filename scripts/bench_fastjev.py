@@ -64,8 +64,10 @@ class BenchFastJevConfig:
             raise ValueError(f"rounds must be >= 1, got {self.rounds}")
         size = len(self.candidates) * len(self.lengths) * len(self.shared) * len(self.levels)
         if size < 2:
-            raise ValueError(f"the grid has {size} workload(s); it needs at least 2: one to fit auto's constants "
-                             "on and one to judge auto on")
+            raise ValueError(
+                f"the grid has {size} workload(s); it needs at least 2: one to fit auto's constants "
+                "on and one to judge auto on"
+            )
 
 
 ConfigStore.instance().store(name="bench_fastjev_schema", node=BenchFastJevConfig)
@@ -96,6 +98,7 @@ def grid_questions(cfg: BenchFastJevConfig, vocab: int) -> list:
 
 # ---------------------------------------------------------------- split, plan features and the fit (no torch)
 
+
 def split_grid(n: int, seed: int) -> tuple[list[int], list[int]]:
     """(fitting, held-out) workload indices: `range(n)` shuffled by `random.Random(seed)`; the first n // 2 fit
     `auto`'s constants, the other n - n // 2 judge it. Disjoint, together the whole grid, each sorted."""
@@ -103,7 +106,7 @@ def split_grid(n: int, seed: int) -> tuple[list[int], list[int]]:
         raise ValueError(f"cannot split {n} workload(s) into a fitting and a held-out half: need at least 2")
     order = list(range(n))
     random.Random(seed).shuffle(order)
-    return sorted(order[: n // 2]), sorted(order[n // 2:])
+    return sorted(order[: n // 2]), sorted(order[n // 2 :])
 
 
 def plan_features(encoded, capacity: int, attention_only: bool, pruned: bool) -> dict[str, tuple[float, float, float]]:
@@ -114,8 +117,10 @@ def plan_features(encoded, capacity: int, attention_only: bool, pruned: bool) ->
 
     flat = CandidateTrie.build(len(encoded.prefix), encoded.continuations, share=False)
     shared = CandidateTrie.build(len(encoded.prefix), encoded.continuations)
-    base, call, pair = (plan_costs(shared, flat, capacity, c, p, attention_only, pruned)
-                        for c, p in ((0.0, 0.0), (1.0, 0.0), (0.0, 1.0)))
+    base, call, pair = (
+        plan_costs(shared, flat, capacity, c, p, attention_only, pruned)
+        for c, p in ((0.0, 0.0), (1.0, 0.0), (0.0, 1.0))
+    )
     return {plan: (call[plan] - base[plan], base[plan], pair[plan] - base[plan]) for plan in base}
 
 
@@ -169,8 +174,10 @@ def fit_plan_costs(rows) -> CostFit:
         cols = [0, *free]
         rank = np.linalg.matrix_rank(X[:, cols] * w[:, None])
         if rank < len(cols):
-            raise ValueError(f"the plan timings cannot determine auto's constants ({len(y)} timings, rank {rank} of "
-                             f"{len(cols)} unknowns): use a grid with more, and more varied, workloads")
+            raise ValueError(
+                f"the plan timings cannot determine auto's constants ({len(y)} timings, rank {rank} of "
+                f"{len(cols)} unknowns): use a grid with more, and more varied, workloads"
+            )
         solution = np.linalg.lstsq(X[:, cols] * w[:, None], y * w, rcond=None)[0]
         coef = np.zeros(4)
         coef[cols] = solution
@@ -179,12 +186,19 @@ def fit_plan_costs(rows) -> CostFit:
             break
         free.remove(min(negative, key=lambda c: coef[c]))
     if coef[2] <= 0:
-        raise ValueError("the fitted cost of a fed token is not positive: the timings do not grow with the tokens fed; "
-                         "use a grid with more varied workloads")
+        raise ValueError(
+            "the fitted cost of a fed token is not positive: the timings do not grow with the tokens fed; "
+            "use a grid with more varied workloads"
+        )
     relative = (X @ coef - y) / y
-    return CostFit(call_tokens=float(coef[1] / coef[2]), pair_cost=float(coef[3] / coef[2]),
-                   seconds_per_token=float(coef[2]), intercept=float(coef[0]), observations=len(y),
-                   rms_relative_error=float(np.sqrt(np.mean(relative**2))))
+    return CostFit(
+        call_tokens=float(coef[1] / coef[2]),
+        pair_cost=float(coef[3] / coef[2]),
+        seconds_per_token=float(coef[2]),
+        intercept=float(coef[0]),
+        observations=len(y),
+        rms_relative_error=float(np.sqrt(np.mean(relative**2))),
+    )
 
 
 def best_seconds(seconds: dict) -> float:
@@ -205,19 +219,33 @@ def held_out_resolution(workloads: list[dict]) -> dict:
     plan they ran identical work, so their paired ratio (fitted / defaults, per round) is the timing noise between
     two runs of one plan: its lowest and highest per-workload median over rounds and first pass."""
     held_out = [w for w in workloads if w["split"] == "held-out"]
-    picked = sum(w["seconds"][PLAN_METHODS[w["auto_plan"][AUTO_FITTED]]] <= best_seconds(w["seconds"]) for w in held_out)
+    picked = sum(
+        w["seconds"][PLAN_METHODS[w["auto_plan"][AUTO_FITTED]]] <= best_seconds(w["seconds"]) for w in held_out
+    )
     same = [w for w in held_out if w["auto_plan"][AUTO_FITTED] == w["auto_plan"][AUTO_DEFAULT]]
     repeat = [spread([a / b for a, b in zip(w["times"][AUTO_FITTED], w["times"][AUTO_DEFAULT])]) for w in same]
-    return {"workloads": len(held_out), "picked_faster": picked, "same_plan": len(same),
-            "repeat": {key: [min(r[key] for r in repeat), max(r[key] for r in repeat)] if repeat else None
-                       for key in ("median", "first")}}
+    return {
+        "workloads": len(held_out),
+        "picked_faster": picked,
+        "same_plan": len(same),
+        "repeat": {
+            key: [min(r[key] for r in repeat), max(r[key] for r in repeat)] if repeat else None
+            for key in ("median", "first")
+        },
+    }
 
 
 def ratio_summary(values: list[float], seed: int = 0) -> dict:
     """Mean (with a 95% bootstrap interval over workloads), median and worst of per-workload ratios."""
     interval = bootstrap(values, seed=seed)
-    return {"workloads": len(values), "mean": statistics.mean(values), "mean_interval_95": [interval.low, interval.high],
-            "median": statistics.median(values), "worst": max(values), "best": min(values)}
+    return {
+        "workloads": len(values),
+        "mean": statistics.mean(values),
+        "mean_interval_95": [interval.low, interval.high],
+        "median": statistics.median(values),
+        "worst": max(values),
+        "best": min(values),
+    }
 
 
 def summarize(results: dict) -> dict:
@@ -228,16 +256,20 @@ def summarize(results: dict) -> dict:
     fitting = [w for w in workloads if w["split"] == "fit"]
     held_out = [w for w in workloads if w["split"] == "held-out"]
     results["fit"]["in_sample_ratio"] = ratio_summary(
-        [w["seconds"][PLAN_METHODS[w["fitted_plan"]]] / best_seconds(w["seconds"]) for w in fitting])
+        [w["seconds"][PLAN_METHODS[w["fitted_plan"]]] / best_seconds(w["seconds"]) for w in fitting]
+    )
     for w in held_out:
         w["auto_ratio"] = {a: auto_ratio(w["times"], a) for a in (AUTO_FITTED, AUTO_DEFAULT)}
-    results["held_out_auto"] = {a: {key: ratio_summary([w["auto_ratio"][a][key] for w in held_out])
-                                    for key in ("median", "first")} for a in (AUTO_FITTED, AUTO_DEFAULT)}
+    results["held_out_auto"] = {
+        a: {key: ratio_summary([w["auto_ratio"][a][key] for w in held_out]) for key in ("median", "first")}
+        for a in (AUTO_FITTED, AUTO_DEFAULT)
+    }
     results["held_out_resolution"] = held_out_resolution(workloads)
     return results
 
 
 # ---------------------------------------------------------------- timing
+
 
 def timed_rounds(methods: dict, question, rounds: int, offset: int = 0) -> tuple[dict, dict]:
     """(seconds per round, last result) per method; every method runs `rounds` times, interleaved, the order
@@ -289,16 +321,24 @@ def run_bench(cfg: BenchFastJevConfig) -> dict:
     methods["jet"] = lambda e: score_packed(loaded.model, e, 1024)
     questions = grid_questions(cfg, loaded.model.config.vocab_size)
     fitting, held_out = split_grid(len(questions), cfg.split_seed)
-    features = [plan_features(e, reference.options.max_batch_tokens, reference.packable, bool(reference.skip))
-                for _, e in questions]
+    features = [
+        plan_features(e, reference.options.max_batch_tokens, reference.packable, bool(reference.skip))
+        for _, e in questions
+    ]
     flops = ModelFlops.of(loaded.model)
     dtype = model_dtype(loaded.model)
-    results = {"command": "jetgym-bench-fastjev " + " ".join(sys.argv[1:]), "cores": os.cpu_count(),
-               "rounds": cfg.rounds, "dtype": dtype_name(dtype), "prefix_tokens": cfg.prefix_tokens,
-               "torch_threads": torch.get_num_threads(), "k": k, "skipped_layers": list(reference.skip),
-               "split": {"seed": cfg.split_seed, "fitting": fitting, "held_out": held_out},
-               "default_constants": {"call_tokens": reference.options.call_overhead_tokens,
-                                     "pair_cost": reference.pair_cost}}
+    results = {
+        "command": "jetgym-bench-fastjev " + " ".join(sys.argv[1:]),
+        "cores": os.cpu_count(),
+        "rounds": cfg.rounds,
+        "dtype": dtype_name(dtype),
+        "prefix_tokens": cfg.prefix_tokens,
+        "torch_threads": torch.get_num_threads(),
+        "k": k,
+        "skipped_layers": list(reference.skip),
+        "split": {"seed": cfg.split_seed, "fitting": fitting, "held_out": held_out},
+        "default_constants": {"call_tokens": reference.options.call_overhead_tokens, "pair_cost": reference.pair_cost},
+    }
 
     # logical token reduction on MMLU-285
     merged = unmerged = 0
@@ -321,10 +361,19 @@ def run_bench(cfg: BenchFastJevConfig) -> dict:
         seconds = {m: statistics.median(t) for m, t in times.items()}
         model_flops = {m: flops(r.work.prefix_tokens, r.work.candidate_tokens, skipped[m]) for m, r in scored.items()}
         return {
-            "candidates": n, "length": L, "shared": s, "levels": lv, "split": split, "unmerged": trie.unmerged_tokens,
-            "merged": trie.logical_tokens, "plan_features": {p: list(f) for p, f in features[i].items()},
-            "times": times, "seconds": seconds, "spread": {m: spread(t) for m, t in times.items()},
-            "cache_bytes": {m: r.work.cache_bytes for m, r in scored.items()}, "model_flops": model_flops,
+            "candidates": n,
+            "length": L,
+            "shared": s,
+            "levels": lv,
+            "split": split,
+            "unmerged": trie.unmerged_tokens,
+            "merged": trie.logical_tokens,
+            "plan_features": {p: list(f) for p, f in features[i].items()},
+            "times": times,
+            "seconds": seconds,
+            "spread": {m: spread(t) for m, t in times.items()},
+            "cache_bytes": {m: r.work.cache_bytes for m, r in scored.items()},
+            "model_flops": model_flops,
         }
 
     plan_names = [*PLAN_METHODS.values(), "jet"]
@@ -334,8 +383,12 @@ def run_bench(cfg: BenchFastJevConfig) -> dict:
     plan_of = {m: p for p, m in PLAN_METHODS.items()}
     defaults = results["default_constants"]
     try:
-        fit = fit_plan_costs([(features[i], {plan_of[m]: s for m, s in workloads[i]["seconds"].items() if m in plan_of})
-                              for i in fitting])
+        fit = fit_plan_costs(
+            [
+                (features[i], {plan_of[m]: s for m, s in workloads[i]["seconds"].items() if m in plan_of})
+                for i in fitting
+            ]
+        )
         constants = {"call_tokens": fit.call_tokens, "pair_cost": fit.pair_cost}
         results["fit"] = asdict(fit)
     except ValueError as error:  # the timings already taken stay useful: judge the defaults, and say so
@@ -347,7 +400,9 @@ def run_bench(cfg: BenchFastJevConfig) -> dict:
     methods[AUTO_FITTED](questions[0][1])  # its warm-up
     for i in fitting:
         workloads[i]["fitted_plan"] = chosen_plan(features[i], constants["call_tokens"], constants["pair_cost"])
-    results["fit"]["pair_cost_over_flop_estimate"] = constants["pair_cost"] / defaults["pair_cost"] if defaults["pair_cost"] else None
+    results["fit"]["pair_cost_over_flop_estimate"] = (
+        constants["pair_cost"] / defaults["pair_cost"] if defaults["pair_cost"] else None
+    )
 
     for i in tqdm(held_out, desc="held-out half"):
         w = workloads[i] = measure(i, [AUTO_FITTED, AUTO_DEFAULT, *plan_names], "held-out")
@@ -356,8 +411,10 @@ def run_bench(cfg: BenchFastJevConfig) -> dict:
     results["workloads"] = workloads
     summarize(results)
     results["model_flops_per_second"] = {
-        m: sum(w["model_flops"][m] for w in workloads if m in w["seconds"]) / sum(w["seconds"][m] for w in workloads if m in w["seconds"])
-        for m in (AUTO_FITTED, AUTO_DEFAULT, *plan_names)}
+        m: sum(w["model_flops"][m] for w in workloads if m in w["seconds"])
+        / sum(w["seconds"][m] for w in workloads if m in w["seconds"])
+        for m in (AUTO_FITTED, AUTO_DEFAULT, *plan_names)
+    }
     results["state"] = state_storage()
     if cfg.retention:
         results["retention"] = retention(cfg, loaded)
@@ -398,11 +455,18 @@ def plot_speedups(workloads: list[dict], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for method, marker in ((AUTO_FITTED, "o"), (PLAN_METHODS["packed"], "x")):
-        for length, color in zip(sorted({w["length"] for w in workloads}), ("tab:blue", "tab:orange", "tab:green", "tab:red")):
+        for length, color in zip(
+            sorted({w["length"] for w in workloads}), ("tab:blue", "tab:orange", "tab:green", "tab:red")
+        ):
             rows = [w for w in workloads if w["length"] == length and method in w["seconds"]]
-            ax.scatter([100 * (1 - w["merged"] / w["unmerged"]) for w in rows],
-                       [w["seconds"]["S+P"] / w["seconds"][method] for w in rows],
-                       marker=marker, color=color, alpha=0.7, label=f"{method}, {length} tokens")
+            ax.scatter(
+                [100 * (1 - w["merged"] / w["unmerged"]) for w in rows],
+                [w["seconds"]["S+P"] / w["seconds"][method] for w in rows],
+                marker=marker,
+                color=color,
+                alpha=0.7,
+                label=f"{method}, {length} tokens",
+            )
     ax.axhline(1.0, color="gray", lw=0.8)
     ax.set_xlabel("trie token reduction (%)")
     ax.set_ylabel("speedup over S+P (x)")
@@ -423,10 +487,20 @@ def state_storage() -> list[dict]:
     from jetgym.scorers.fastjev.trie import CandidateTrie
 
     torch.manual_seed(0)
-    config = Qwen3_5TextConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
-                               num_attention_heads=4, num_key_value_heads=2, head_dim=32, linear_key_head_dim=32,
-                               linear_value_head_dim=32, linear_num_key_heads=2, linear_num_value_heads=4,
-                               layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"])
+    config = Qwen3_5TextConfig(
+        vocab_size=512,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        linear_key_head_dim=32,
+        linear_value_head_dim=32,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"],
+    )
     model = Qwen3_5ForCausalLM(config).eval()
     rows = []
     rng = random.Random(1)
@@ -435,10 +509,19 @@ def state_storage() -> list[dict]:
         trie = CandidateTrie.build(len(e.prefix), e.continuations)
         share = score_segmented(model, e.prefix, trie, 1024, share=True)
         copy = score_segmented(model, e.prefix, trie, 1024, share=False)
-        rows.append({"candidates": n, "length": L, "shared": s, "levels": lv,
-                     "copy_keep_recurrent": copy.peak_recurrent_bytes, "share_drop_recurrent": share.peak_recurrent_bytes,
-                     "copy_keep_total": copy.work.cache_bytes, "share_drop_total": share.work.cache_bytes,
-                     "max_abs_delta": max(abs(a - b) for a, b in zip(share.logprobs, copy.logprobs))})
+        rows.append(
+            {
+                "candidates": n,
+                "length": L,
+                "shared": s,
+                "levels": lv,
+                "copy_keep_recurrent": copy.peak_recurrent_bytes,
+                "share_drop_recurrent": share.peak_recurrent_bytes,
+                "copy_keep_total": copy.work.cache_bytes,
+                "share_drop_total": share.work.cache_bytes,
+                "max_abs_delta": max(abs(a - b) for a, b in zip(share.logprobs, copy.logprobs)),
+            }
+        )
     return rows
 
 
@@ -460,8 +543,10 @@ def retention(cfg, loaded) -> list[dict]:
 
 def _summary_text(s: dict) -> str:
     low, high = s["mean_interval_95"]
-    return (f"mean {s['mean']:.3f} [95% bootstrap over workloads {low:.3f}, {high:.3f}], median {s['median']:.3f}, "
-            f"worst {s['worst']:.3f} ({_within(s['worst'])})")
+    return (
+        f"mean {s['mean']:.3f} [95% bootstrap over workloads {low:.3f}, {high:.3f}], median {s['median']:.3f}, "
+        f"worst {s['worst']:.3f} ({_within(s['worst'])})"
+    )
 
 
 def _within(worst: float) -> str:
@@ -473,18 +558,24 @@ def summary(r: dict) -> str:
     lines = []
     for auto, label in ((AUTO_FITTED, "the fitted constants"), (AUTO_DEFAULT, "the scorer's default constants")):
         s = r["held_out_auto"][auto]
-        lines.append(f"- `auto` with {label}, its time / the faster of (packed trie, S+P), over the "
-                     f"{s['median']['workloads']} held-out workloads: median over rounds {_summary_text(s['median'])}; "
-                     f"first pass {_summary_text(s['first'])}.")
+        lines.append(
+            f"- `auto` with {label}, its time / the faster of (packed trie, S+P), over the "
+            f"{s['median']['workloads']} held-out workloads: median over rounds {_summary_text(s['median'])}; "
+            f"first pass {_summary_text(s['first'])}."
+        )
     h = r["held_out_resolution"]
-    lines.append(f"- Plan choice: the fitted `auto` ran the faster of (packed trie, S+P), or a plan faster than both, on "
-                 f"{h['picked_faster']} of {h['workloads']} held-out workloads.")
+    lines.append(
+        f"- Plan choice: the fitted `auto` ran the faster of (packed trie, S+P), or a plan faster than both, on "
+        f"{h['picked_faster']} of {h['workloads']} held-out workloads."
+    )
     if h["repeat"]["median"]:
         (low, high), (first_low, first_high) = h["repeat"]["median"], h["repeat"]["first"]
-        lines.append(f"- Resolution: on the {h['same_plan']} held-out workloads where both `auto`s chose the same plan, "
-                     f"they ran identical work; fitted / defaults per workload was {low:.3f}–{high:.3f} as the median "
-                     f"over rounds and {first_low:.3f}–{first_high:.3f} in the first pass. That is the timing noise "
-                     "between two runs of one plan in this run, which the ratios above carry as well.")
+        lines.append(
+            f"- Resolution: on the {h['same_plan']} held-out workloads where both `auto`s chose the same plan, "
+            f"they ran identical work; fitted / defaults per workload was {low:.3f}–{high:.3f} as the median "
+            f"over rounds and {first_low:.3f}–{first_high:.3f} in the first pass. That is the timing noise "
+            "between two runs of one plan in this run, which the ratios above carry as well."
+        )
     return "\n".join(lines)
 
 
@@ -492,15 +583,21 @@ def _fit_text(r: dict) -> str:
     fit, d, in_sample = r["fit"], r["default_constants"], r["fit"]["in_sample_ratio"]
     measured = f"a 1-token call measured directly here: {r['call_overhead_tokens']:.0f}"
     if "error" in fit:
-        head = (f"**The fit failed** ({fit['error']}): `auto (fitted)` below runs the scorer's default constants, call "
-                f"cost {d['call_tokens']:.1f} token-equivalents ({measured}), pair cost {d['pair_cost']:.2e}.")
+        head = (
+            f"**The fit failed** ({fit['error']}): `auto (fitted)` below runs the scorer's default constants, call "
+            f"cost {d['call_tokens']:.1f} token-equivalents ({measured}), pair cost {d['pair_cost']:.2e}."
+        )
     else:
-        head = (f"**Fitted constants** ({fit['observations']} plan timings, rms relative error "
-                f"{100 * fit['rms_relative_error']:.1f}%): call cost **{fit['call_tokens']:.1f}** token-equivalents "
-                f"(scorer default {d['call_tokens']:.0f}; {measured}); pair cost **{fit['pair_cost']:.2e}** "
-                f"token-equivalents per attention pair (default, the FLOP estimate: {d['pair_cost']:.2e}).")
-    return (head + f" In-sample (fitting half, the plan these constants pick, from the plan timings): mean "
-            f"{in_sample['mean']:.3f}, worst {in_sample['worst']:.3f} of the faster of (packed trie, S+P).")
+        head = (
+            f"**Fitted constants** ({fit['observations']} plan timings, rms relative error "
+            f"{100 * fit['rms_relative_error']:.1f}%): call cost **{fit['call_tokens']:.1f}** token-equivalents "
+            f"(scorer default {d['call_tokens']:.0f}; {measured}); pair cost **{fit['pair_cost']:.2e}** "
+            f"token-equivalents per attention pair (default, the FLOP estimate: {d['pair_cost']:.2e})."
+        )
+    return (
+        head + f" In-sample (fitting half, the plan these constants pick, from the plan timings): mean "
+        f"{in_sample['mean']:.3f}, worst {in_sample['worst']:.3f} of the faster of (packed trie, S+P)."
+    )
 
 
 def _ms(seconds: dict, method: str) -> str:
@@ -510,15 +607,21 @@ def _ms(seconds: dict, method: str) -> str:
 def render(r: dict) -> str:
     m, split = r["mmlu285"], r["split"]
     peak = r["matmul_peak_flops_per_second"]
-    achieved = "; ".join(f"{name} {v / 1e9:.1f} ({100 * v / peak:.0f}%)" for name, v in r["model_flops_per_second"].items())
+    achieved = "; ".join(
+        f"{name} {v / 1e9:.1f} ({100 * v / peak:.0f}%)" for name, v in r["model_flops_per_second"].items()
+    )
     lines = [
         "## FastJEV (embedded model; tiny random hybrid for S)",
         "",
         f"Command: `{r['command']}` — {r['dtype']} CPU, {r['cores']} cores ({r['torch_threads']} torch threads). "
         f"{len(r['workloads'])} synthetic workloads (candidates x tokens x shared content x flat/two-level branching, "
         f"a {r['prefix_tokens']}-token prefix). Pruning k={r['k']} (skipped layers {r['skipped_layers']}, 0-based, from docs/calibration)."
-        + (f" Summaries (ratios, bootstrap intervals) recomputed from that run's stored timings by `{r['summarized_by']}`; "
-           "nothing was re-timed." if r.get("summarized_by") else ""),
+        + (
+            f" Summaries (ratios, bootstrap intervals) recomputed from that run's stored timings by `{r['summarized_by']}`; "
+            "nothing was re-timed."
+            if r.get("summarized_by")
+            else ""
+        ),
         "",
         f"**Protocol.** The grid is split by a seeded shuffle (seed {split['seed']}) into a fitting half "
         f"({len(split['fitting'])} workloads) and a held-out half ({len(split['held_out'])} workloads); the table's "
@@ -581,14 +684,21 @@ def render(r: dict) -> str:
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for s in r["state"]:
-        lines.append(f"| {s['candidates']} | {s['length']} | {100 * s['shared']:.0f}% | {s['levels']} | {s['copy_keep_recurrent']:,} | "
-                     f"{s['share_drop_recurrent']:,} | {s['copy_keep_total']:,} | {s['share_drop_total']:,} | {s['max_abs_delta']:.1e} |")
+        lines.append(
+            f"| {s['candidates']} | {s['length']} | {100 * s['shared']:.0f}% | {s['levels']} | {s['copy_keep_recurrent']:,} | "
+            f"{s['share_drop_recurrent']:,} | {s['copy_keep_total']:,} | {s['share_drop_total']:,} | {s['max_abs_delta']:.1e} |"
+        )
     lines += ["", "Decision sensitivity J_l per layer (calibration): ![J_l](calibration/smollm2-135m-instruct_J.png)"]
     if "retention" in r:
         lines += ["", "| k | accuracy | retention | seconds |", "|---:|---:|---:|---:|"]
-        lines += [f"| {x['k']} | {x['accuracy']:.4f} | {x['retention']:.4f} | {x['seconds']:.0f} |" for x in r["retention"]]
+        lines += [
+            f"| {x['k']} | {x['accuracy']:.4f} | {x['retention']:.4f} | {x['seconds']:.0f} |" for x in r["retention"]
+        ]
     else:
-        lines += ["", "Retention sweep (k = 0..10 on MMLU-285) not run in this pass: `jetgym-bench-fastjev retention=true`."]
+        lines += [
+            "",
+            "Retention sweep (k = 0..10 on MMLU-285) not run in this pass: `jetgym-bench-fastjev retention=true`.",
+        ]
     return "\n".join(lines)
 
 
@@ -608,8 +718,10 @@ def summarize_again(cfg: BenchFastJevConfig) -> dict:
     except (OSError, ValueError) as error:
         raise ValueError(f"summarize_from={path}: cannot read a fastjev.json there ({error})") from None
     if not isinstance(results, dict) or not results.get("workloads"):
-        raise ValueError(f"summarize_from={path}: no per-workload timings ('workloads') in it; pass the fastjev.json "
-                         "a jetgym-bench-fastjev run wrote")
+        raise ValueError(
+            f"summarize_from={path}: no per-workload timings ('workloads') in it; pass the fastjev.json "
+            "a jetgym-bench-fastjev run wrote"
+        )
     results["summarized_by"] = "jetgym-bench-fastjev " + " ".join(sys.argv[1:])
     return write_run(cfg, summarize(results))
 

@@ -44,7 +44,9 @@ def play(env_name: str, agent_name: str, episodes: int, seed: int, num_envs: int
     from jetgym.scripts.config import compose, to_config
     from jetgym.scripts.build import build_agent, make_env
 
-    config = to_config(compose("episode", [f"env={env_name}", f"agent={agent_name}", f"env.num_envs={min(num_envs, episodes)}"]))
+    config = to_config(
+        compose("episode", [f"env={env_name}", f"agent={agent_name}", f"env.num_envs={min(num_envs, episodes)}"])
+    )
     env = make_env(config)
     try:
         agent, _ = build_agent(config, scorer=scorer, env=env)
@@ -56,9 +58,17 @@ def play(env_name: str, agent_name: str, episodes: int, seed: int, num_envs: int
     returns = [r["return"] for r in rows]
     wins = [float(success(env_name, r)) for r in rows]
     decisions = sum(r["length"] for r in rows)
-    return {"env": ENVS[env_name], "agent": agent_name, "episodes": len(rows), "seeds": [seed, seed + len(rows) - 1],
-            "return": interval(returns), "success": interval(wins), "mean_length": statistics.fmean(r["length"] for r in rows),
-            "decisions": decisions, "wall_seconds": round(wall, 2)}
+    return {
+        "env": ENVS[env_name],
+        "agent": agent_name,
+        "episodes": len(rows),
+        "seeds": [seed, seed + len(rows) - 1],
+        "return": interval(returns),
+        "success": interval(wins),
+        "mean_length": statistics.fmean(r["length"] for r in rows),
+        "decisions": decisions,
+        "wall_seconds": round(wall, 2),
+    }
 
 
 def decision_rate(scorer, num_envs: int, batched: bool, steps: int, seed: int) -> dict:
@@ -92,8 +102,16 @@ def decision_rate(scorer, num_envs: int, batched: bool, steps: int, seed: int) -
     return {"decisions": decisions, "seconds": spent, "decisions_per_second": decisions / spent}
 
 
-def bench(episodes: int = 100, model_episodes: dict[str, int] | None = None, seed: int = 1000, num_envs: int = 16,
-          steps: int = 4, rounds: int = 3, output_dir: str = "outputs/bench_gym", docs: bool = False) -> dict:
+def bench(
+    episodes: int = 100,
+    model_episodes: dict[str, int] | None = None,
+    seed: int = 1000,
+    num_envs: int = 16,
+    steps: int = 4,
+    rounds: int = 3,
+    output_dir: str = "outputs/bench_gym",
+    docs: bool = False,
+) -> dict:
     import torch
 
     from jetgym.scorers import make_scorer
@@ -102,8 +120,12 @@ def bench(episodes: int = 100, model_episodes: dict[str, int] | None = None, see
     model_episodes = {name: (model_episodes or {}).get(name, episodes) for name in ENVS}
     started = time.monotonic()
     scorer = make_scorer("jet", model="smollm2-135m-instruct", placement={"device": "cpu", "dtype": "auto"})
-    methods = [("sequential, 16 sub-envs", 16, False), ("vector, 1 sub-env", 1, True),
-               ("vector, 4 sub-envs", 4, True), ("vector, 16 sub-envs", 16, True)]
+    methods = [
+        ("sequential, 16 sub-envs", 16, False),
+        ("vector, 1 sub-env", 1, True),
+        ("vector, 4 sub-envs", 4, True),
+        ("vector, 16 sub-envs", 16, True),
+    ]
     games = []
     for env_name in ENVS:
         games.append(play(env_name, "random", episodes, seed, num_envs))
@@ -114,16 +136,26 @@ def bench(episodes: int = 100, model_episodes: dict[str, int] | None = None, see
     timings: dict[str, list[float]] = {name: [] for name, _, _ in methods}
     for round_ in range(rounds):
         for name, k, batched in methods:
-            timings[name].append(decision_rate(scorer, k, batched, steps, seed=seed + 100 * round_)["decisions_per_second"])
+            timings[name].append(
+                decision_rate(scorer, k, batched, steps, seed=seed + 100 * round_)["decisions_per_second"]
+            )
             print(name, timings[name][-1], flush=True)
-    rates = {name: {"median": statistics.median(v), "min": min(v), "max": max(v), "first": v[0], "rounds": v}
-             for name, v in timings.items()}
+    rates = {
+        name: {"median": statistics.median(v), "min": min(v), "max": max(v), "first": v[0], "rounds": v}
+        for name, v in timings.items()
+    }
     games.append(play("taxi", "scorer", model_episodes["taxi"], seed, num_envs, scorer=scorer))
     print(games[-1], flush=True)
     games = sorted(games, key=lambda g: (g["env"], g["agent"]))
-    results = {"games": games, "decision_rates": rates, "steps_per_round": steps, "rounds": rounds,
-               "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads",
-               "dtype": scorer.describe()["dtype_used"], "wall_seconds": round(time.monotonic() - started, 1)}
+    results = {
+        "games": games,
+        "decision_rates": rates,
+        "steps_per_round": steps,
+        "rounds": rounds,
+        "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads",
+        "dtype": scorer.describe()["dtype_used"],
+        "wall_seconds": round(time.monotonic() - started, 1),
+    }
     body = render(results, episodes, model_episodes, seed, num_envs)
     path = write_results(output_dir, "gym", results, body, docs=docs)
     print(body)
@@ -152,19 +184,33 @@ def render(results: dict, episodes: int, model_episodes: dict[str, int], seed: i
         "|---|---|---|---|---|---|---|---|",
     ]
     for g in results["games"]:
-        lines.append(f"| {g['env']} | {g['agent']} | {g['episodes']} | {_ci(g['success'], '.2f')} | {_ci(g['return'], '.2f')} "
-                     f"| {g['mean_length']:.1f} | {g['decisions']} | {g['wall_seconds']:.0f} |")
+        lines.append(
+            f"| {g['env']} | {g['agent']} | {g['episodes']} | {_ci(g['success'], '.2f')} | {_ci(g['return'], '.2f')} "
+            f"| {g['mean_length']:.1f} | {g['decisions']} | {g['wall_seconds']:.0f} |"
+        )
     fewer = {name: n for name, n in model_episodes.items() if n < episodes}
     if fewer:
-        lines += ["", "The scorer played fewer episodes than random on " + ", ".join(f"{ENVS[k]} ({n}, not {episodes})"
-                      for k, n in fewer.items()) + ": a scorer episode is up to 100 (FrozenLake) or 200 (Taxi) model "
-                      "decisions on a 2-core CPU. Its seeds are the first ones of random's."]
+        lines += [
+            "",
+            "The scorer played fewer episodes than random on "
+            + ", ".join(f"{ENVS[k]} ({n}, not {episodes})" for k, n in fewer.items())
+            + ": a scorer episode is up to 100 (FrozenLake) or 200 (Taxi) model "
+            "decisions on a 2-core CPU. Its seeds are the first ones of random's.",
+        ]
     if results["rounds"] < 3:
-        lines += ["", f"Only {results['rounds']} timing round(s) of {results['steps_per_round']} vector step(s): "
-                      "the shared CPU was too loaded for more in this run; treat the rates as rough."]
-    lines += ["", f"Scorer decisions/s on Taxi-v4 ({results['steps_per_round']} vector steps per measurement, "
-                  f"{results['rounds']} interleaved rounds after a warm-up; agent time only):", "",
-              "| method | decisions/s median | min–max | first round |", "|---|---|---|---|"]
+        lines += [
+            "",
+            f"Only {results['rounds']} timing round(s) of {results['steps_per_round']} vector step(s): "
+            "the shared CPU was too loaded for more in this run; treat the rates as rough.",
+        ]
+    lines += [
+        "",
+        f"Scorer decisions/s on Taxi-v4 ({results['steps_per_round']} vector steps per measurement, "
+        f"{results['rounds']} interleaved rounds after a warm-up; agent time only):",
+        "",
+        "| method | decisions/s median | min–max | first round |",
+        "|---|---|---|---|",
+    ]
     for name, r in results["decision_rates"].items():
         lines.append(f"| {name} | {r['median']:.1f} | {r['min']:.1f}–{r['max']:.1f} | {r['first']:.1f} |")
     return "\n".join(lines) + "\n"
@@ -173,8 +219,13 @@ def render(results: dict, episodes: int, model_episodes: dict[str, int], seed: i
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--episodes", type=int, default=100)
-    parser.add_argument("--model-episodes", nargs="*", default=[], metavar="ENV=N",
-                        help=f"scorer episodes per env, e.g. taxi=20 (envs: {', '.join(ENVS)}; default: --episodes)")
+    parser.add_argument(
+        "--model-episodes",
+        nargs="*",
+        default=[],
+        metavar="ENV=N",
+        help=f"scorer episodes per env, e.g. taxi=20 (envs: {', '.join(ENVS)}; default: --episodes)",
+    )
     parser.add_argument("--seed", type=int, default=1000)
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--steps", type=int, default=4)

@@ -52,8 +52,12 @@ def trie_counts(scorer, questions) -> dict:
         trie = CandidateTrie.build(len(e.prefix), e.continuations)
         merged += trie.logical_tokens
         unmerged += trie.unmerged_tokens
-    return {"candidate_tokens_unmerged": unmerged, "candidate_tokens_merged": merged,
-            "trie_reduction": 1 - merged / unmerged, "frames": len(_frames(questions))}
+    return {
+        "candidate_tokens_unmerged": unmerged,
+        "candidate_tokens_merged": merged,
+        "trie_reduction": 1 - merged / unmerged,
+        "frames": len(_frames(questions)),
+    }
 
 
 def forward_tokens(questions, rows: list[dict]) -> dict:
@@ -83,8 +87,12 @@ def latency(methods: dict, frames: list[list], rounds: int, seed: int) -> dict:
     for name, values in times.items():
         per_frame = sorted(values)
         q1, q3 = statistics.quantiles(per_frame, n=4)[0], statistics.quantiles(per_frame, n=4)[2]
-        out[name] = {"median_ms": 1000 * statistics.median(per_frame), "iqr_ms": [1000 * q1, 1000 * q3],
-                     "first_pass_ms": 1000 * statistics.median(values[: len(frames)]), "measurements": len(values)}
+        out[name] = {
+            "median_ms": 1000 * statistics.median(per_frame),
+            "iqr_ms": [1000 * q1, 1000 * q3],
+            "first_pass_ms": 1000 * statistics.median(values[: len(frames)]),
+            "measurements": len(values),
+        }
     return out
 
 
@@ -92,7 +100,7 @@ def decide_all(scorer, questions, desc: str) -> list[dict]:
     rows = []
     chunk = 64  # whole frames (eight questions each, consecutive): a frame's questions are scored in one call
     for start in tqdm(range(0, len(questions), chunk), desc=desc):
-        rows.extend(d.to_dict() for d in scorer.decide_many(questions[start:start + chunk]))
+        rows.extend(d.to_dict() for d in scorer.decide_many(questions[start : start + chunk]))
     return rows
 
 
@@ -112,9 +120,17 @@ def run(args) -> dict:
     jet_alone = make_scorer("jet", min_shared_prefix=0, **common)  # every question runs its own prefix
     sp = make_scorer("fastjev", components=["S", "P"], pruning_k=args.k, **common)
     tsp = make_scorer("fastjev", components=["T", "S", "P"], pruning_k=args.k, **common)
-    results = {"command": "jetgym-bench-libero " + " ".join(sys.argv[1:]), "model": args.model,
-               "dtype": "float32", "device": "cpu", "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-               "machine": platform.processor() or platform.machine(), "k": args.k, "questions": len(questions)}
+    results = {
+        "command": "jetgym-bench-libero " + " ".join(sys.argv[1:]),
+        "model": args.model,
+        "dtype": "float32",
+        "device": "cpu",
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "machine": platform.processor() or platform.machine(),
+        "k": args.k,
+        "questions": len(questions),
+    }
     results["tokens"] = trie_counts(tsp, questions)
     frames = list(_frames(questions).values())
     step = max(1, len(frames) // args.timing_frames)
@@ -129,8 +145,9 @@ def run(args) -> dict:
         "shared": forward_tokens(questions, jet_rows),
         "separate": forward_tokens(questions, alone_rows),
         "same_choices": sum(a["choice"] == b["choice"] for a, b in zip(jet_rows, alone_rows)) / len(jet_rows),
-        "max_logprob_delta": max(abs(x - y) for a, b in zip(jet_rows, alone_rows)
-                                 for x, y in zip(a["logprobs"], b["logprobs"])),
+        "max_logprob_delta": max(
+            abs(x - y) for a, b in zip(jet_rows, alone_rows) for x, y in zip(a["logprobs"], b["logprobs"])
+        ),
     }
     tsp_rows = decide_all(tsp, questions, f"fastjev T+S+P k={args.k}")
     results["jet"] = libero_summary(questions, jet_rows)
@@ -167,8 +184,10 @@ def render(r: dict) -> str:
     for name in ["overall", *j["by_type"]]:
         s = j["overall"] if name == "overall" else j["by_type"][name]
         g = f["overall"] if name == "overall" else f["by_type"][name]
-        lines.append(f"| {name} | {s['questions']} | {_pct(s['accuracy'])} | [{_pct(s['ci95'][0])}, {_pct(s['ci95'][1])}] | "
-                     f"{_pct(s['majority_baseline'])} | {_pct(s['random_baseline'])} | {_pct(s['abstention_rate'])} | {_pct(g['accuracy'])} |")
+        lines.append(
+            f"| {name} | {s['questions']} | {_pct(s['accuracy'])} | [{_pct(s['ci95'][0])}, {_pct(s['ci95'][1])}] | "
+            f"{_pct(s['majority_baseline'])} | {_pct(s['random_baseline'])} | {_pct(s['abstention_rate'])} | {_pct(g['accuracy'])} |"
+        )
     p = r["paired_fastjev_minus_jet"]["overall"]
     lines += [
         "",
@@ -192,7 +211,9 @@ def render(r: dict) -> str:
         "|---|---|---|---|---|",
     ]
     for name, s in r["latency"].items():
-        lines.append(f"| {name} | {s['median_ms']:.1f} | {s['iqr_ms'][0]:.1f}–{s['iqr_ms'][1]:.1f} | {s['first_pass_ms']:.1f} | {s['measurements']} |")
+        lines.append(
+            f"| {name} | {s['median_ms']:.1f} | {s['iqr_ms'][0]:.1f}–{s['iqr_ms'][1]:.1f} | {s['first_pass_ms']:.1f} | {s['measurements']} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -20,14 +20,15 @@ import platform
 import statistics
 import time
 
-import numpy as np
 
 from jetgym.scripts.bench_gym import interval
 
 ENVS = ("babyai_goto_red_ball_grey", "babyai_goto_obj", "minigrid_empty_5x5")
 
 
-def play(env_name: str, agent_name: str, episodes: int, seed: int, num_envs: int, scorer=None) -> tuple[str, list[dict]]:
+def play(
+    env_name: str, agent_name: str, episodes: int, seed: int, num_envs: int, scorer=None
+) -> tuple[str, list[dict]]:
     """(env id, episode rows) of one agent on one env config, seeds seed..seed+episodes-1."""
     from jetgym.agents import rollout
     from jetgym.scripts.config import compose, to_config
@@ -49,11 +50,19 @@ def summarize(env_name: str, env_id: str, agent_name: str, rows: list[dict], wal
     rows = sorted(rows, key=lambda r: r["seed"])
     thinking = sum(r["decision_seconds"] for r in rows)
     decisions = sum(r["length"] for r in rows)
-    return {"env": env_name, "id": env_id, "agent": agent_name, "episodes": len(rows),
-            "seeds": [r["seed"] for r in rows], "returns": [r["return"] for r in rows],
-            "successes": [float(r["return"] > 0) for r in rows], "lengths": [r["length"] for r in rows],
-            "decisions": decisions, "decisions_per_second": decisions / thinking if thinking > 0 else None,
-            "wall_seconds": round(wall, 1)}
+    return {
+        "env": env_name,
+        "id": env_id,
+        "agent": agent_name,
+        "episodes": len(rows),
+        "seeds": [r["seed"] for r in rows],
+        "returns": [r["return"] for r in rows],
+        "successes": [float(r["return"] > 0) for r in rows],
+        "lengths": [r["length"] for r in rows],
+        "decisions": decisions,
+        "decisions_per_second": decisions / thinking if thinking > 0 else None,
+        "wall_seconds": round(wall, 1),
+    }
 
 
 def paired(scorer: dict, random: dict, seed: int = 0) -> tuple[float, float, float]:
@@ -63,8 +72,14 @@ def paired(scorer: dict, random: dict, seed: int = 0) -> tuple[float, float, flo
     return interval(diffs, seed)
 
 
-def bench(envs=ENVS, episodes: int = 100, seed: int = 1000, num_envs: int = 16,
-          output_dir: str = "outputs/bench_minigrid", docs: bool = False) -> dict:
+def bench(
+    envs=ENVS,
+    episodes: int = 100,
+    seed: int = 1000,
+    num_envs: int = 16,
+    output_dir: str = "outputs/bench_minigrid",
+    docs: bool = False,
+) -> dict:
     import torch
 
     from jetgym.scorers import make_scorer
@@ -72,9 +87,16 @@ def bench(envs=ENVS, episodes: int = 100, seed: int = 1000, num_envs: int = 16,
 
     started = time.monotonic()
     scorer = make_scorer("jet", model="smollm2-135m-instruct", placement={"device": "cpu", "dtype": "auto"})
-    results = {"games": [], "episodes": episodes, "seed": seed, "num_envs": num_envs, "envs": list(envs),
-               "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads",
-               "dtype": None, "wall_seconds": None}
+    results = {
+        "games": [],
+        "episodes": episodes,
+        "seed": seed,
+        "num_envs": num_envs,
+        "envs": list(envs),
+        "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads",
+        "dtype": None,
+        "wall_seconds": None,
+    }
 
     def save() -> None:
         results["wall_seconds"] = round(time.monotonic() - started, 1)
@@ -94,7 +116,8 @@ def bench(envs=ENVS, episodes: int = 100, seed: int = 1000, num_envs: int = 16,
             scored[env_name] = (env_id, before + rows, spent + time.monotonic() - tick)
             results["dtype"] = scorer.describe().get("dtype_used")
             results["games"] = [g for g in results["games"] if g["agent"] == "random"] + [
-                summarize(name, eid, "scorer", played, wall) for name, (eid, played, wall) in scored.items()]
+                summarize(name, eid, "scorer", played, wall) for name, (eid, played, wall) in scored.items()
+            ]
             print(f"scorer {env_name}: {len(scored[env_name][1])} episodes", flush=True)
             save()
     print(render(results))
@@ -128,16 +151,25 @@ def render(results: dict) -> str:
         if g["agent"] == "scorer" and (g["env"], "random") in by_key:
             diff = _ci(paired(g, by_key[(g["env"], "random")]), "+.2f")
         rate = "" if g["agent"] == "random" or g["decisions_per_second"] is None else f"{g['decisions_per_second']:.1f}"
-        lines.append(f"| {g['id']} | {g['agent']} | {g['episodes']} | {_ci(interval(g['successes']))} | "
-                     f"{_ci(interval(g['returns']))} | {statistics.fmean(g['lengths']):.1f} | {rate} | {diff} |")
+        lines.append(
+            f"| {g['id']} | {g['agent']} | {g['episodes']} | {_ci(interval(g['successes']))} | "
+            f"{_ci(interval(g['returns']))} | {statistics.fmean(g['lengths']):.1f} | {rate} | {diff} |"
+        )
     missing = [e for e in results["envs"] if (e, "scorer") not in by_key]
-    short = [f"{g['env']} ({g['episodes']} of {results['episodes']})" for g in results["games"]
-             if g["episodes"] < results["episodes"]]
+    short = [
+        f"{g['env']} ({g['episodes']} of {results['episodes']})"
+        for g in results["games"]
+        if g["episodes"] < results["episodes"]
+    ]
     if missing or short:
-        lines += ["", "Not finished in this run: " + "; ".join(
-            [*(f"scorer on {e}: not started" for e in missing), *(f"{s} episodes" for s in short)]) + ". The scorer "
+        lines += [
+            "",
+            "Not finished in this run: "
+            + "; ".join([*(f"scorer on {e}: not started" for e in missing), *(f"{s} episodes" for s in short)])
+            + ". The scorer "
             "played the first seeds in rounds of " + str(results["num_envs"]) + " per env; the paired difference uses "
-            "the seeds both agents played."]
+            "the seeds both agents played.",
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -65,32 +65,52 @@ def run(limit: int | None, check: int = 32, templates=("none", "chat"), dtype: s
     for template in templates:
         passes, seconds = {}, {}
         for normalization in ("contextual", "pmi"):
-            scorer = make_scorer("jet", template=template, normalization=normalization,
-                                 neutral_premise=PREMISES[normalization], placement=placement)
+            scorer = make_scorer(
+                "jet",
+                template=template,
+                normalization=normalization,
+                neutral_premise=PREMISES[normalization],
+                placement=placement,
+            )
             started = time.perf_counter()
             passes[normalization] = []
             for start in range(0, len(questions), 16):
-                passes[normalization] += scorer.decide_many(questions[start:start + 16])
+                passes[normalization] += scorer.decide_many(questions[start : start + 16])
             seconds[normalization] = time.perf_counter() - started
         tokenizer = scorer.loaded.tokenizer
         derived = {}
         for normalization in ("none", "token", "byte"):
             derived[normalization] = [
-                make_decision(q, d.candidates, d.logprobs, d.usage, normalization=normalization,
-                              token_counts=[len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in d.candidates])
-                for q, d in zip(questions, passes["contextual"])]
-        raw_gap = max(abs(a - b) for x, y in zip(passes["contextual"], passes["pmi"]) for a, b in zip(x.logprobs, y.logprobs))
+                make_decision(
+                    q,
+                    d.candidates,
+                    d.logprobs,
+                    d.usage,
+                    normalization=normalization,
+                    token_counts=[len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in d.candidates],
+                )
+                for q, d in zip(questions, passes["contextual"])
+            ]
+        raw_gap = max(
+            abs(a - b) for x, y in zip(passes["contextual"], passes["pmi"]) for a, b in zip(x.logprobs, y.logprobs)
+        )
         token_scorer = make_scorer("jet", template=template, normalization="token", placement=placement)
         own = token_scorer.decide_many(questions[:check])
         token_gap = max(abs(a - b) for x, y in zip(own, derived["token"]) for a, b in zip(x.corrected, y.corrected))
         decisions = {**derived, **passes}
         results["templates"][template] = {
-            "seconds": seconds, "raw_logprob_max_gap_between_passes": raw_gap,
+            "seconds": seconds,
+            "raw_logprob_max_gap_between_passes": raw_gap,
             f"token_check_max_gap_first_{check}": token_gap,
-            "normalizations": {n: summarize(decisions[n], None if n == "none" else decisions["none"]) for n in NORMALIZATIONS},
+            "normalizations": {
+                n: summarize(decisions[n], None if n == "none" else decisions["none"]) for n in NORMALIZATIONS
+            },
         }
-        print(template, {n: round(v["accuracy"], 4) for n, v in results["templates"][template]["normalizations"].items()},
-              flush=True)
+        print(
+            template,
+            {n: round(v["accuracy"], 4) for n, v in results["templates"][template]["normalizations"].items()},
+            flush=True,
+        )
     return results
 
 
@@ -98,29 +118,45 @@ def render(results: dict, command: str) -> str:
     def ci(pair, scale=1.0, fmt="{:.1f}"):
         return f"[{fmt.format(pair[0] * scale)}, {fmt.format(pair[1] * scale)}]"
 
-    lines = ["## Decision quality: candidate-prior corrections on MMLU-285 (issue 17)", "",
-             f"Embedded SmolLM2-135M-Instruct, {results['dtype']}, CPU ({platform.processor() or platform.machine()}), scorer `jet`, "
-             f"{results['questions']} questions (5 per subject). Premises: contextual "
-             f"`{results['premises']['contextual']!r}`, pmi `{results['premises']['pmi']!r}`. "
-             "Intervals: percentile bootstrap 95% over questions (2,000 resamples); the accuracy difference to "
-             "`none` is paired. ECE: top-label, 10 equal-width bins; no temperature (T = 1). The JET paper's "
-             "Qwen3-0.6B (4.4x larger) reaches 38.25%; chance is 25%.", ""]
+    lines = [
+        "## Decision quality: candidate-prior corrections on MMLU-285 (issue 17)",
+        "",
+        f"Embedded SmolLM2-135M-Instruct, {results['dtype']}, CPU ({platform.processor() or platform.machine()}), scorer `jet`, "
+        f"{results['questions']} questions (5 per subject). Premises: contextual "
+        f"`{results['premises']['contextual']!r}`, pmi `{results['premises']['pmi']!r}`. "
+        "Intervals: percentile bootstrap 95% over questions (2,000 resamples); the accuracy difference to "
+        "`none` is paired. ECE: top-label, 10 equal-width bins; no temperature (T = 1). The JET paper's "
+        "Qwen3-0.6B (4.4x larger) reaches 38.25%; chance is 25%.",
+        "",
+    ]
     for template, block in results["templates"].items():
-        lines += [f"### template {template}", "",
-                  "| normalization | accuracy % [95% CI] | minus none, pp [95% CI] | mean gold NLL [95% CI] | ECE [95% CI] | Brier |",
-                  "|---|---|---|---|---|---|"]
+        lines += [
+            f"### template {template}",
+            "",
+            "| normalization | accuracy % [95% CI] | minus none, pp [95% CI] | mean gold NLL [95% CI] | ECE [95% CI] | Brier |",
+            "|---|---|---|---|---|---|",
+        ]
         for name, m in block["normalizations"].items():
-            diff = "—" if name == "none" else (f"{100 * m['accuracy_minus_none']:+.1f} "
-                                               f"{ci(m['accuracy_minus_none_ci'], 100, '{:+.1f}')}")
-            lines.append(f"| {name} | {100 * m['accuracy']:.1f} {ci(m['accuracy_ci'], 100)} | {diff} | "
-                         f"{m['mean_gold_nll']:.3f} {ci(m['mean_gold_nll_ci'], 1, '{:.3f}')} | "
-                         f"{m['ece']:.3f} {ci(m['ece_ci'], 1, '{:.3f}')} | {m['brier']:.3f} |")
+            diff = (
+                "—"
+                if name == "none"
+                else (f"{100 * m['accuracy_minus_none']:+.1f} {ci(m['accuracy_minus_none_ci'], 100, '{:+.1f}')}")
+            )
+            lines.append(
+                f"| {name} | {100 * m['accuracy']:.1f} {ci(m['accuracy_ci'], 100)} | {diff} | "
+                f"{m['mean_gold_nll']:.3f} {ci(m['mean_gold_nll_ci'], 1, '{:.3f}')} | "
+                f"{m['ece']:.3f} {ci(m['ece_ci'], 1, '{:.3f}')} | {m['brier']:.3f} |"
+            )
         check = next(k for k in block if k.startswith("token_check"))
-        lines += ["", f"Scoring time (one process, shared 2-core CPU; not a timing benchmark): contextual pass "
-                      f"{block['seconds']['contextual']:.0f} s, pmi pass {block['seconds']['pmi']:.0f} s. Raw "
-                      f"log-likelihoods of the two passes differ by at most {block['raw_logprob_max_gap_between_passes']:.1e}; "
-                      f"the scorer's own `token` scores on the first questions match the derived ones within "
-                      f"{block[check]:.1e}.", ""]
+        lines += [
+            "",
+            f"Scoring time (one process, shared 2-core CPU; not a timing benchmark): contextual pass "
+            f"{block['seconds']['contextual']:.0f} s, pmi pass {block['seconds']['pmi']:.0f} s. Raw "
+            f"log-likelihoods of the two passes differ by at most {block['raw_logprob_max_gap_between_passes']:.1e}; "
+            f"the scorer's own `token` scores on the first questions match the derived ones within "
+            f"{block[check]:.1e}.",
+            "",
+        ]
     lines += [f"Command: `{command}`"]
     return "\n".join(lines)
 
@@ -137,8 +173,12 @@ def main(argv=None) -> None:
 
     templates = tuple(args.templates.split(","))
     results = run(args.limit, templates=templates, dtype=args.dtype)
-    command = "jetgym-bench-normalization" + (" --docs" if args.docs else "") + \
-        (f" --limit {args.limit}" if args.limit else "") + f" --templates {args.templates} --dtype {args.dtype}"
+    command = (
+        "jetgym-bench-normalization"
+        + (" --docs" if args.docs else "")
+        + (f" --limit {args.limit}" if args.limit else "")
+        + f" --templates {args.templates} --dtype {args.dtype}"
+    )
     name = "bench_normalization" if templates == ("none", "chat") else f"bench_normalization_{'_'.join(templates)}"
     path = write_results(args.out, name, results, render(results, command), docs=args.docs)
     print(path.read_text())

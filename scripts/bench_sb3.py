@@ -18,8 +18,11 @@ import numpy as np
 
 from jetgym.scripts.benchmarks_doc import write_results
 
-ENVS = {"frozenlake-still": ("FrozenLake-v1", {"is_slippery": False}), "frozenlake": ("FrozenLake-v1", {}),
-        "taxi": ("Taxi-v4", {})}
+ENVS = {
+    "frozenlake-still": ("FrozenLake-v1", {"is_slippery": False}),
+    "frozenlake": ("FrozenLake-v1", {}),
+    "taxi": ("Taxi-v4", {}),
+}
 
 
 MASKS = {"Taxi-v4": lambda e: e.unwrapped.action_mask(e.unwrapped.s)}  # envs whose candidates are masked
@@ -64,8 +67,15 @@ def play(env_id: str, kwargs: dict, model, seeds) -> list[dict]:
             observation, reward, terminated, truncated, info = env.step(int(action))
             total += float(reward)
             done = terminated or truncated
-        episodes.append({"seed": seed, "return": total, "terminated": bool(terminated), "final_reward": float(reward),
-                         "is_success": info.get("is_success")})
+        episodes.append(
+            {
+                "seed": seed,
+                "return": total,
+                "terminated": bool(terminated),
+                "final_reward": float(reward),
+                "is_success": info.get("is_success"),
+            }
+        )
     env.close()
     return episodes
 
@@ -73,8 +83,10 @@ def play(env_id: str, kwargs: dict, model, seeds) -> list[dict]:
 def evaluate(name: str, model, episodes: int) -> list[float]:
     """Success per held-out seed 0..episodes-1 (FrozenLake: the goal; Taxi: a delivery)."""
     env_id, kwargs = ENVS[name]
-    return [float(e["terminated"] if name == "taxi" else e["final_reward"] > 0)
-            for e in play(env_id, kwargs, model, range(episodes))]
+    return [
+        float(e["terminated"] if name == "taxi" else e["final_reward"] > 0)
+        for e in play(env_id, kwargs, model, range(episodes))
+    ]
 
 
 def main(argv=None) -> None:
@@ -85,8 +97,9 @@ def main(argv=None) -> None:
     parser.add_argument("--envs", nargs="+", choices=sorted(ENVS), default=sorted(ENVS))
     parser.add_argument("--output-dir", default="outputs/bench-sb3")
     parser.add_argument("--docs", action="store_true", help="also write the section train-sb3 of docs/benchmarks.md")
-    parser.add_argument("--from-results", metavar="JSON", help="train nothing: rewrite the report of an earlier "
-                                                                 "run's train_sb3.json")
+    parser.add_argument(
+        "--from-results", metavar="JSON", help="train nothing: rewrite the report of an earlier run's train_sb3.json"
+    )
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.episodes < 1 or min(args.budgets) < 1:
         parser.error("--seeds, --episodes and every --budgets value must be >= 1")
@@ -105,9 +118,13 @@ def main(argv=None) -> None:
 def run(args) -> dict:
     import torch
 
-    results = {"machine": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
-               "command": f"jetgym-bench-sb3 --budgets {' '.join(map(str, args.budgets))} --seeds {args.seeds} "
-                          f"--episodes {args.episodes}", "runs": []}
+    results = {
+        "machine": platform.processor() or platform.machine(),
+        "threads": torch.get_num_threads(),
+        "command": f"jetgym-bench-sb3 --budgets {' '.join(map(str, args.budgets))} --seeds {args.seeds} "
+        f"--episodes {args.episodes}",
+        "runs": [],
+    }
     for name in args.envs:
         for steps in args.budgets:
             for seed in range(args.seeds):
@@ -115,8 +132,9 @@ def run(args) -> dict:
                 model = train(*ENVS[name], steps, seed)
                 seconds = time.perf_counter() - begun
                 wins = evaluate(name, model, args.episodes)
-                results["runs"].append({"env": name, "env_steps": steps, "seed": seed, "success": wins,
-                                        "train_seconds": round(seconds, 2)})
+                results["runs"].append(
+                    {"env": name, "env_steps": steps, "seed": seed, "success": wins, "train_seconds": round(seconds, 2)}
+                )
                 print(f"{name} {steps} seed {seed}: success {np.mean(wins):.2f} in {seconds:.1f} s", flush=True)
     return results
 
@@ -135,21 +153,30 @@ def report(results: dict) -> str:
         values = [win for r in group for win in r["success"]]
         mean = episode_bootstrap(values, [i for r in group for i in range(len(r["success"]))])
         env_id, kwargs = ENVS[name]
-        rows.append(f"| {env_id} {kwargs or ''} | {steps} | " + ", ".join(f"{np.mean(r['success']):.2f}" for r in group)
-                    + f" | {mean.estimate:.2f} [{mean.low:.2f}, {mean.high:.2f}] | "
-                    + f"{np.median([r['train_seconds'] for r in group]):.1f} |")
+        rows.append(
+            f"| {env_id} {kwargs or ''} | {steps} | "
+            + ", ".join(f"{np.mean(r['success']):.2f}" for r in group)
+            + f" | {mean.estimate:.2f} [{mean.low:.2f}, {mean.high:.2f}] | "
+            + f"{np.median([r['train_seconds'] for r in group]):.1f} |"
+        )
     budgets = " ".join(str(b) for b in sorted({r["env_steps"] for r in runs}))
     command = results.get("command", f"jetgym-bench-sb3 --budgets {budgets} --seeds {len(seeds)} --episodes {episodes}")
-    return "\n".join([
-        "## train-sb3", "",
-        f"Command: `{command}`. stable-baselines3 PPO, MLP policy, its default hyperparameters (sb3-contrib "
-        f"MaskablePPO on Taxi with the env's action mask, as the scorer agent's candidates use it); "
-        f"{results['threads']} threads. Each budget trains {len(seeds)} seeds from scratch; each trained policy "
-        f"plays held-out seeds 0..{episodes - 1} greedily. Success: FrozenLake goal, Taxi delivery. The mean is "
-        f"over training seeds and held-out seeds, its 95% interval a bootstrap over held-out seeds (2,000 "
-        f"resamples; it leaves out the spread between training seeds, which {len(seeds)} seeds cannot measure).", "",
-        "| env | env steps | held-out success per training seed | mean [95% interval] | train seconds (median) |",
-        "|---|---|---|---|---|", *rows])
+    return "\n".join(
+        [
+            "## train-sb3",
+            "",
+            f"Command: `{command}`. stable-baselines3 PPO, MLP policy, its default hyperparameters (sb3-contrib "
+            f"MaskablePPO on Taxi with the env's action mask, as the scorer agent's candidates use it); "
+            f"{results['threads']} threads. Each budget trains {len(seeds)} seeds from scratch; each trained policy "
+            f"plays held-out seeds 0..{episodes - 1} greedily. Success: FrozenLake goal, Taxi delivery. The mean is "
+            f"over training seeds and held-out seeds, its 95% interval a bootstrap over held-out seeds (2,000 "
+            f"resamples; it leaves out the spread between training seeds, which {len(seeds)} seeds cannot measure).",
+            "",
+            "| env | env steps | held-out success per training seed | mean [95% interval] | train seconds (median) |",
+            "|---|---|---|---|---|",
+            *rows,
+        ]
+    )
 
 
 if __name__ == "__main__":

@@ -32,11 +32,20 @@ import torch
 
 from jetgym.scripts.benchmarks_doc import rotated, spread, write_results
 
-ENVS = {"frozenlake": ("FrozenLake-v1", {"is_slippery": True}, ["move left", "move down", "move right", "move up"],
-                       "Walk from the start S to the goal G across the frozen lake without stepping into a hole H."),
-        "taxi": ("Taxi-v4", {}, ["move south", "move north", "move east", "move west", "pick up the passenger",
-                                  "drop off the passenger"],
-                 "You drive a taxi on a 5x5 grid. Pick the passenger up and drop them at the destination.")}
+ENVS = {
+    "frozenlake": (
+        "FrozenLake-v1",
+        {"is_slippery": True},
+        ["move left", "move down", "move right", "move up"],
+        "Walk from the start S to the goal G across the frozen lake without stepping into a hole H.",
+    ),
+    "taxi": (
+        "Taxi-v4",
+        {},
+        ["move south", "move north", "move east", "move west", "pick up the passenger", "drop off the passenger"],
+        "You drive a taxi on a 5x5 grid. Pick the passenger up and drop them at the destination.",
+    ),
+}
 
 
 def questions_of(env_name: str, scorer, n: int, seed: int):
@@ -84,15 +93,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--minibatch", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--lora-layers", type=int, default=0,
-                        help="LoRA on the last N layers (0: every layer); N > 0 adds the kept-trunk method")
+    parser.add_argument(
+        "--lora-layers",
+        type=int,
+        default=0,
+        help="LoRA on the last N layers (0: every layer); N > 0 adds the kept-trunk method",
+    )
     parser.add_argument("--max-batch-tokens", type=int, default=4096)
-    parser.add_argument("--dtypes", nargs="+", choices=("fp32", "bf16"), default=["fp32", "bf16"],
-                        help="fp32 and/or bf16 autocast (bf16 backward is slow on CPUs whose torch build falls back to "
-                             "its reference GEMM for it)")
+    parser.add_argument(
+        "--dtypes",
+        nargs="+",
+        choices=("fp32", "bf16"),
+        default=["fp32", "bf16"],
+        help="fp32 and/or bf16 autocast (bf16 backward is slow on CPUs whose torch build falls back to "
+        "its reference GEMM for it)",
+    )
     parser.add_argument("--output-dir", default="outputs/bench-train")
-    parser.add_argument("--docs", action="store_true",
-                        help="also write docs/benchmarks.md, section `train-speed` (`train-speed-last-N` with --lora-layers N)")
+    parser.add_argument(
+        "--docs",
+        action="store_true",
+        help="also write docs/benchmarks.md, section `train-speed` (`train-speed-last-N` with --lora-layers N)",
+    )
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.minibatch < 1:
         parser.error("--rounds and --minibatch must be >= 1")
@@ -106,8 +127,10 @@ def main(argv: list[str] | None = None) -> None:
     trunk = policy.trunk
     workloads = {name: questions_of(name, scorer, args.minibatch, seed=100 + k) for k, name in enumerate(ENVS)}
     generator = torch.Generator().manual_seed(0)
-    signals = {name: (torch.randn(args.minibatch, generator=generator), torch.randn(args.minibatch, generator=generator))
-               for name in ENVS}
+    signals = {
+        name: (torch.randn(args.minibatch, generator=generator), torch.randn(args.minibatch, generator=generator))
+        for name in ENVS
+    }
     schedules = ("packed", "per-candidate") + (("kept-trunk",) if trunk else ())
     methods = [f"{schedule}/{dtype}" for dtype in args.dtypes for schedule in schedules]
     schedule_of = {"packed": "packed", "per-candidate": "independent", "kept-trunk": "packed"}
@@ -129,9 +152,14 @@ def main(argv: list[str] | None = None) -> None:
             run(method, workload)
             grads[method] = gradients(policy)
         reference = grads["per-candidate/fp32"]
-        agreement[workload] = {method.split("/")[0]: max(float((grads[method][n] - reference[n]).abs().max()
-                                                               / (reference[n].abs().max() + 1e-12)) for n in reference)
-                               for method in exact if method != "per-candidate/fp32"}
+        agreement[workload] = {
+            method.split("/")[0]: max(
+                float((grads[method][n] - reference[n]).abs().max() / (reference[n].abs().max() + 1e-12))
+                for n in reference
+            )
+            for method in exact
+            if method != "per-candidate/fp32"
+        }
         for method in [m for m in methods if m.endswith("bf16")]:
             run(method, workload)
     times = {(m, w): [] for m in methods for w in ENVS}
@@ -141,26 +169,46 @@ def main(argv: list[str] | None = None) -> None:
             for method in rotated(methods, r):
                 times[(method, workload)].append(run(method, workload))
                 peak[method] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    tokens = {w: sum(len(p.encoded.prefix) + len(c) for p in scorer.prepare([q for q, _ in workloads[w]])
-                     for c in p.encoded.continuations) for w in ENVS}
-    results = {"model": args.model, "minibatch": args.minibatch, "rounds": args.rounds, "lora_layers": args.lora_layers,
-               "threads": torch.get_num_threads(),
-               "machine": platform.processor() or platform.machine(), "gradient_max_relative_difference": agreement,
-               "timings": {f"{m} {w}": spread(v) for (m, w), v in times.items()}, "peak_rss_mib": peak,
-               "per_candidate_tokens": tokens}
+    tokens = {
+        w: sum(
+            len(p.encoded.prefix) + len(c)
+            for p in scorer.prepare([q for q, _ in workloads[w]])
+            for c in p.encoded.continuations
+        )
+        for w in ENVS
+    }
+    results = {
+        "model": args.model,
+        "minibatch": args.minibatch,
+        "rounds": args.rounds,
+        "lora_layers": args.lora_layers,
+        "threads": torch.get_num_threads(),
+        "machine": platform.processor() or platform.machine(),
+        "gradient_max_relative_difference": agreement,
+        "timings": {f"{m} {w}": spread(v) for (m, w), v in times.items()},
+        "peak_rss_mib": peak,
+        "per_candidate_tokens": tokens,
+    }
     layers = f"the last {args.lora_layers} layers" if args.lora_layers else "every layer"
     fast = [s for s in schedules if s != "per-candidate"]
     name = "train_speed" + (f"_last_{args.lora_layers}" if args.lora_layers else "")
-    lines = [f"## {name.replace('_', '-')}", "",
-             "Command: `jetgym-bench-train " + f"--rounds {args.rounds} --minibatch {args.minibatch}"
-             + (f" --lora-layers {args.lora_layers}" if args.lora_layers else "") + f" --dtypes {' '.join(args.dtypes)}"
-             + (" --docs`" if args.docs else "`"), "",
-             f"One PPO minibatch update (forward + backward of the clipped loss and the value loss, LoRA r=8 on {layers} "
-             f"of the embedded model, {args.minibatch} questions), {torch.get_num_threads()} threads, "
-             f"{args.rounds} interleaved rounds after a warm-up. Seconds: median [q1, q3], first pass; speed-up: "
-             f"per-candidate seconds over the method's, median over rounds (range).", "",
-             "| env | dtype | " + " | ".join(schedules) + " | " + " | ".join(f"speed-up {s}" for s in fast) + " |",
-             "|---|---|" + "---|" * (len(schedules) + len(fast))]
+    lines = [
+        f"## {name.replace('_', '-')}",
+        "",
+        "Command: `jetgym-bench-train "
+        + f"--rounds {args.rounds} --minibatch {args.minibatch}"
+        + (f" --lora-layers {args.lora_layers}" if args.lora_layers else "")
+        + f" --dtypes {' '.join(args.dtypes)}"
+        + (" --docs`" if args.docs else "`"),
+        "",
+        f"One PPO minibatch update (forward + backward of the clipped loss and the value loss, LoRA r=8 on {layers} "
+        f"of the embedded model, {args.minibatch} questions), {torch.get_num_threads()} threads, "
+        f"{args.rounds} interleaved rounds after a warm-up. Seconds: median [q1, q3], first pass; speed-up: "
+        f"per-candidate seconds over the method's, median over rounds (range).",
+        "",
+        "| env | dtype | " + " | ".join(schedules) + " | " + " | ".join(f"speed-up {s}" for s in fast) + " |",
+        "|---|---|" + "---|" * (len(schedules) + len(fast)),
+    ]
     for workload in ENVS:
         for dtype in args.dtypes:
             cells = []
@@ -172,13 +220,19 @@ def main(argv: list[str] | None = None) -> None:
                 ratios = [y / x for x, y in zip(times[(f"{schedule}/{dtype}", workload)], slow)]
                 cells.append(f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})")
             lines.append(f"| {workload} | {dtype} | " + " | ".join(cells) + " |")
-    lines += ["", "Gradient agreement in fp32 (largest |method - per-candidate| over a tensor, relative to that tensor's "
-              "largest per-candidate value): " + "; ".join(f"{w} " + ", ".join(f"{m} {v:.1e}" for m, v in found.items())
-                                                           for w, found in agreement.items()) + ".",
-              "Prompt + candidate tokens the per-candidate path runs per minibatch: "
-              + ", ".join(f"{w} {n}" for w, n in tokens.items()) + ".",
-              "Peak resident memory of the process after each method's rounds (MiB, monotonic): "
-              + ", ".join(f"{m} {v:.0f}" for m, v in peak.items()) + "."]
+    lines += [
+        "",
+        "Gradient agreement in fp32 (largest |method - per-candidate| over a tensor, relative to that tensor's "
+        "largest per-candidate value): "
+        + "; ".join(f"{w} " + ", ".join(f"{m} {v:.1e}" for m, v in found.items()) for w, found in agreement.items())
+        + ".",
+        "Prompt + candidate tokens the per-candidate path runs per minibatch: "
+        + ", ".join(f"{w} {n}" for w, n in tokens.items())
+        + ".",
+        "Peak resident memory of the process after each method's rounds (MiB, monotonic): "
+        + ", ".join(f"{m} {v:.0f}" for m, v in peak.items())
+        + ".",
+    ]
     path = write_results(args.output_dir, name, results, "\n".join(lines), docs=args.docs)
     print(path.read_text())
 

@@ -26,8 +26,10 @@ HEADER = "# Benchmarks\n\nEvery section below is written by the command it names
 def docs_dir() -> Path:
     """The checkout's docs/ folder; a clear error when jetgym runs from an installed wheel."""
     if not (CHECKOUT / "pyproject.toml").is_file() or not (CHECKOUT / "docs").is_dir():
-        raise FileNotFoundError(f"docs=true writes into a source checkout's docs/, and {CHECKOUT} is not one "
-                                "(jetgym is installed as a package): leave docs=false; results are in the run folder")
+        raise FileNotFoundError(
+            f"docs=true writes into a source checkout's docs/, and {CHECKOUT} is not one "
+            "(jetgym is installed as a package): leave docs=false; results are in the run folder"
+        )
     return CHECKOUT / "docs"
 
 
@@ -86,12 +88,16 @@ def spread(values: Sequence[float]) -> dict:
     return {"first": values[0], "median": statistics.median(values), "q1": q1, "q3": q3}
 
 
-def parse_counts(parser, flag: str, kind: str, items: Sequence[str], names: Sequence[str], minimum: int) -> dict[str, int]:
+def parse_counts(
+    parser, flag: str, kind: str, items: Sequence[str], names: Sequence[str], minimum: int
+) -> dict[str, int]:
     """`NAME=N` arguments (e.g. `--fewer health_gathering=5`) as {name: n}; a parser error names the flag and the fix."""
     counts = {}
     for item in items:
         name, _, n = item.partition("=")
         if name not in names or not n.isdigit() or int(n) < minimum:
-            parser.error(f"{flag} takes {kind}=N with {kind} one of {', '.join(names)} and N >= {minimum}, got {item!r}")
+            parser.error(
+                f"{flag} takes {kind}=N with {kind} one of {', '.join(names)} and N >= {minimum}, got {item!r}"
+            )
         counts[name] = int(n)
     return counts

@@ -32,8 +32,14 @@ def make_env(config: EpisodeConfig, render: bool = False):
         wrappers.append(StepCap)
     try:
         if config.env.num_envs > 1:
-            return make_vector_env(config.env.id, config.env.num_envs, texts=texts, mode=config.env.vectorization,
-                                   env_wrappers=wrappers, **kwargs)
+            return make_vector_env(
+                config.env.id,
+                config.env.num_envs,
+                texts=texts,
+                mode=config.env.vectorization,
+                env_wrappers=wrappers,
+                **kwargs,
+            )
         if render and "render_mode" not in kwargs and "rgb_array" in _render_modes(config.env.id):
             kwargs["render_mode"] = "rgb_array"
         env = gym.make(config.env.id, **kwargs)
@@ -41,16 +47,22 @@ def make_env(config: EpisodeConfig, render: bool = False):
             env = wrap(env)
         return CandidateActions(env, texts=texts)
     except UnsupportedActionSpace as error:
-        fix = ("set env.discretize=N to split each of its dimensions into N actions (e.g. env.discretize=5)"
-               if isinstance(error.space, gym.spaces.Box) and bins is None else "use an env with Discrete or Text actions")
-        raise ValueError(f"env.id={config.env.id} has the action space {error.space}, which candidates cannot list: "
-                         f"{fix}") from None
+        fix = (
+            "set env.discretize=N to split each of its dimensions into N actions (e.g. env.discretize=5)"
+            if isinstance(error.space, gym.spaces.Box) and bins is None
+            else "use an env with Discrete or Text actions"
+        )
+        raise ValueError(
+            f"env.id={config.env.id} has the action space {error.space}, which candidates cannot list: {fix}"
+        ) from None
     except TypeError as error:
         if "unexpected keyword argument" not in str(error):
             raise
-        raise ValueError(f"env.kwargs: {config.env.id} does not take {_unexpected_keyword(error)!r} (it takes "
-                         f"{', '.join(_env_parameters(config.env.id)) or 'no keyword'}); remove it or fix its "
-                         "name") from None
+        raise ValueError(
+            f"env.kwargs: {config.env.id} does not take {_unexpected_keyword(error)!r} (it takes "
+            f"{', '.join(_env_parameters(config.env.id)) or 'no keyword'}); remove it or fix its "
+            "name"
+        ) from None
 
 
 def _unexpected_keyword(error: TypeError) -> str:
@@ -61,8 +73,11 @@ def _env_parameters(env_id: str) -> list[str]:
     """The keyword parameters `gymnasium.make` passes on to the env's constructor, and its own."""
     import inspect
 
-    names = [n for n, p in inspect.signature(_env_creator(env_id)).parameters.items()
-             if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    names = [
+        n
+        for n, p in inspect.signature(_env_creator(env_id)).parameters.items()
+        if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
     return list(dict.fromkeys(names + ["max_episode_steps", "render_mode"]))
 
 

@@ -57,8 +57,10 @@ def calibration_questions(size: int, exclude_subset: str = "per_subject_5"):
         raise ValueError(f"size {size} exceeds the {len(pool)} questions available")
     step = len(pool) / size
     chosen = [pool[int(i * step)] for i in range(size)]
-    description = (f"MMLU test: {size} questions evenly spaced over the {len(pool)} items outside the "
-                   f"{len(excluded)}-question `{exclude_subset}` evaluation subset; answers not read")
+    description = (
+        f"MMLU test: {size} questions evenly spaced over the {len(pool)} items outside the "
+        f"{len(excluded)}-question `{exclude_subset}` evaluation subset; answers not read"
+    )
     return chosen, description
 
 
@@ -73,9 +75,14 @@ def run_calibrate(cfg) -> dict:
 
     config: CalibrateConfig = to_config(cfg)
     questions, description = calibration_questions(config.size, config.exclude_subset)
-    scorer = make_scorer("fastjev", model=config.model.spec, components=["T", "S"], template=config.template,
-                         placement={"device": config.placement.device, "dtype": config.placement.dtype},
-                         max_batch_tokens=config.max_batch_tokens)
+    scorer = make_scorer(
+        "fastjev",
+        model=config.model.spec,
+        components=["T", "S"],
+        template=config.template,
+        placement={"device": config.placement.device, "dtype": config.placement.dtype},
+        max_batch_tokens=config.max_batch_tokens,
+    )
     record = calibrate(scorer, questions, description)
     out, name = Path(config.output_dir), slug(config.model.spec)
     path = write_calibration(record, out / f"{name}.json")

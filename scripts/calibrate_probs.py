@@ -72,11 +72,26 @@ def score_held_out(config: CalibrateProbsConfig, out: Path) -> list[dict]:
     from jetgym.scripts.calibrate import calibration_questions
 
     questions, _ = calibration_questions(config.size, config.exclude_subset)
-    settings = {"model": config.model.spec, "placement": asdict(config.placement), "scorer": asdict(config.scorer),
-                "size": config.size, "exclude_subset": config.exclude_subset}
-    run_qa(questions, lambda: build_scorer(config), out / FIT, chunk_size=config.chunk_size, pipeline=False,
-           settings=settings, about={"model": config.model.spec, "placement": asdict(config.placement),
-                                     "dataset": {"name": "mmlu held-out", "subset": "calibration"}})
+    settings = {
+        "model": config.model.spec,
+        "placement": asdict(config.placement),
+        "scorer": asdict(config.scorer),
+        "size": config.size,
+        "exclude_subset": config.exclude_subset,
+    }
+    run_qa(
+        questions,
+        lambda: build_scorer(config),
+        out / FIT,
+        chunk_size=config.chunk_size,
+        pipeline=False,
+        settings=settings,
+        about={
+            "model": config.model.spec,
+            "placement": asdict(config.placement),
+            "dataset": {"name": "mmlu held-out", "subset": "calibration"},
+        },
+    )
     return read_rows(out / FIT)
 
 
@@ -92,40 +107,62 @@ def calibrate_probs(config: CalibrateProbsConfig, out: Path) -> dict:
     if eval_rows is not None:
         shared = sorted({r["id"] for r in fit_rows} & {r["id"] for r in eval_rows})
         if shared:
-            raise ValueError(f"the fit set and the evaluated set share {len(shared)} questions (e.g. {shared[0]!r}): "
-                             "a temperature is never fitted on the evaluated questions")
+            raise ValueError(
+                f"the fit set and the evaluated set share {len(shared)} questions (e.g. {shared[0]!r}): "
+                "a temperature is never fitted on the evaluated questions"
+            )
         if normalization_of(fit_rows) != normalization_of(eval_rows):
-            raise ValueError(f"the fit responses were scored with normalization {sorted(normalization_of(fit_rows))} "
-                             f"and the evaluated ones with {sorted(normalization_of(eval_rows))}: use the same scorer")
+            raise ValueError(
+                f"the fit responses were scored with normalization {sorted(normalization_of(fit_rows))} "
+                f"and the evaluated ones with {sorted(normalization_of(eval_rows))}: use the same scorer"
+            )
     scores, gold = M.graded(fit_rows)
     temperature = M.fit_temperature(scores, gold)
-    result = {"temperature": temperature, "normalization": sorted(normalization_of(fit_rows)),
-              "fit": {"before": M.metrics(scores, gold, 1.0, config.bins),
-                      "after": M.metrics(scores, gold, temperature, config.bins)}}
+    result = {
+        "temperature": temperature,
+        "normalization": sorted(normalization_of(fit_rows)),
+        "fit": {
+            "before": M.metrics(scores, gold, 1.0, config.bins),
+            "after": M.metrics(scores, gold, temperature, config.bins),
+        },
+    }
     with atomic_file(out / "reliability_fit.png") as partial:
-        M.plot_reliability({"uncalibrated": result["fit"]["before"], "temperature-scaled": result["fit"]["after"]},
-                           partial, "Reliability: fit (held-out) set")
+        M.plot_reliability(
+            {"uncalibrated": result["fit"]["before"], "temperature-scaled": result["fit"]["after"]},
+            partial,
+            "Reliability: fit (held-out) set",
+        )
     if eval_rows is not None:
         e_scores, e_gold = M.graded(eval_rows)
-        result["evaluate"] = {"before": M.metrics(e_scores, e_gold, 1.0, config.bins),
-                              "after": M.metrics(e_scores, e_gold, temperature, config.bins)}
+        result["evaluate"] = {
+            "before": M.metrics(e_scores, e_gold, 1.0, config.bins),
+            "after": M.metrics(e_scores, e_gold, temperature, config.bins),
+        }
         with atomic_file(out / "reliability_eval.png") as partial:
-            M.plot_reliability({"uncalibrated": result["evaluate"]["before"],
-                                "temperature-scaled": result["evaluate"]["after"]}, partial, "Reliability: evaluated set")
+            M.plot_reliability(
+                {"uncalibrated": result["evaluate"]["before"], "temperature-scaled": result["evaluate"]["after"]},
+                partial,
+                "Reliability: evaluated set",
+            )
     write_json(out / "calibration.json", result, what="the calibration")
     write_text(out / "report.md", render_report(result))
     return result
 
 
 def render_report(result: dict) -> str:
-    lines = [f"# Probability calibration: T = {result['temperature']:.4f}\n",
-             "| set | T | questions | accuracy | mean gold NLL | ECE | Brier |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Probability calibration: T = {result['temperature']:.4f}\n",
+        "| set | T | questions | accuracy | mean gold NLL | ECE | Brier |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name in ("fit", "evaluate"):
         for when in ("before", "after"):
             m = result.get(name, {}).get(when)
             if m:
-                lines.append(f"| {name} | {m['temperature']:.4g} | {m['questions']} | {m['accuracy']:.4f} | "
-                             f"{m['mean_gold_nll']:.4f} | {m['ece']:.4f} | {m['brier']:.4f} |")
+                lines.append(
+                    f"| {name} | {m['temperature']:.4g} | {m['questions']} | {m['accuracy']:.4f} | "
+                    f"{m['mean_gold_nll']:.4f} | {m['ece']:.4f} | {m['brier']:.4f} |"
+                )
     return "\n".join(lines) + f"\n\nUse it with `scorer.temperature={result['temperature']:.4f}`.\n"
 
 

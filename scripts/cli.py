@@ -57,8 +57,19 @@ def is_user_error(error: BaseException) -> bool:
     """The one rule: is `error` about what the user gave (one line, exit 2) rather than a bug (a traceback)?"""
     from jetgym.scorers.models import ModelNotFoundError
 
-    if isinstance(error, (ValueError, FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError,
-                          NotADirectoryError, FolderInUseError, ModelNotFoundError)):
+    if isinstance(
+        error,
+        (
+            ValueError,
+            FileNotFoundError,
+            FileExistsError,
+            PermissionError,
+            IsADirectoryError,
+            NotADirectoryError,
+            FolderInUseError,
+            ModelNotFoundError,
+        ),
+    ):
         return True
     if type(error) is LookupError:  # a registry's unknown name; KeyError and IndexError are bugs
         return True
@@ -99,8 +110,11 @@ def _parse(args: list[str]) -> list:
         except OverrideParseException as error:
             first = str(error).splitlines()[0]
             key, _, value = arg.partition("=")
-            hint = (f"Hydra does not expand ~: write the path out ({key}=$HOME{value[1:]}, which the shell expands)"
-                    if value.startswith("~") else f"quote a value with special characters ({key}='{value}')")
+            hint = (
+                f"Hydra does not expand ~: write the path out ({key}=$HOME{value[1:]}, which the shell expands)"
+                if value.startswith("~")
+                else f"quote a value with special characters ({key}='{value}')"
+            )
             raise ValueError(f"cannot read the override {arg!r} ({first}); {hint}") from None
     return parsed
 
@@ -116,13 +130,17 @@ def check_output_dir_argument(args: list[str], job: str) -> None:
         value = given[-1].value() if given else None
         if given and (value is None or not str(value).strip()):
             shown = "null" if value is None else "empty"
-            raise ValueError(f"output_dir is {shown}: set output_dir=/path/to/a/folder for the results (a null or "
-                             f"empty output_dir would write into a folder named 'null' or into the current folder)")
+            raise ValueError(
+                f"output_dir is {shown}: set output_dir=/path/to/a/folder for the results (a null or "
+                f"empty output_dir would write into a folder named 'null' or into the current folder)"
+            )
         if given and "${" not in str(value):
             make_folder(str(value))
         elif not given and not os.access(os.getcwd(), os.W_OK | os.X_OK):
-            raise PermissionError(f"the working folder {os.getcwd()} is not writable for the default output_dir; "
-                                  f"set output_dir=/a/writable/folder")
+            raise PermissionError(
+                f"the working folder {os.getcwd()} is not writable for the default output_dir; "
+                f"set output_dir=/a/writable/folder"
+            )
 
 
 def start(job: str, hydra_main: Callable[[], Any]) -> None:
@@ -134,8 +152,11 @@ def start(job: str, hydra_main: Callable[[], Any]) -> None:
     subdirs = [arg.split("=", 1)[1] for arg in args if arg.lstrip("+").startswith("hydra.output_subdir=")]
     if subdirs:
         _hydra_subdir = None if subdirs[-1] in ("null", "") else subdirs[-1]
-    sys.argv = [sys.argv[0], *[arg for arg in args if not arg.lstrip("+").startswith("hydra.output_subdir=")],
-                NO_HYDRA_SUBDIR]
+    sys.argv = [
+        sys.argv[0],
+        *[arg for arg in args if not arg.lstrip("+").startswith("hydra.output_subdir=")],
+        NO_HYDRA_SUBDIR,
+    ]
     hydra_main()
 
 
@@ -147,6 +168,7 @@ def command_args() -> list[str]:
 def save_hydra_config(cfg: Any) -> Callable[[Path], None]:
     """A runner's `on_start`: write what Hydra would have written into `<output_dir>/.hydra/` (the job's config,
     Hydra's config, the command line's overrides), atomically. Outside a Hydra job it does nothing."""
+
     def save(folder: Path) -> None:
         from hydra.core.hydra_config import HydraConfig
         from omegaconf import OmegaConf, open_dict

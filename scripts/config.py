@@ -54,8 +54,14 @@ def _hydra_type(hint: Any) -> Any:
     return hint if hint in (str, int, float, bool) else Any
 
 
-def schema(name: str, sources: list[type], skip: tuple[str, ...] = (), optional: bool = False,
-           extra: list | None = None, post_init=None) -> type:
+def schema(
+    name: str,
+    sources: list[type],
+    skip: tuple[str, ...] = (),
+    optional: bool = False,
+    extra: list | None = None,
+    post_init=None,
+) -> type:
     """A mutable dataclass with the fields of the `sources` dataclasses (first wins), for the ConfigStore.
 
     optional: every field defaults to None ("the library's default"), so the config sets only what a user set."""
@@ -110,8 +116,14 @@ def _check_scorer(self) -> None:
 
 
 # Every option of every built-in backend, once; each defaults to null (= that backend's default).
-ScorerConfig = schema("ScorerConfig", [JetOptions, FastJevOptions], skip=("model", "placement", "pruning_k", "adapter"),
-                      optional=True, extra=[("name", str, field(default="jet"))], post_init=_check_scorer)
+ScorerConfig = schema(
+    "ScorerConfig",
+    [JetOptions, FastJevOptions],
+    skip=("model", "placement", "pruning_k", "adapter"),
+    optional=True,
+    extra=[("name", str, field(default="jet"))],
+    post_init=_check_scorer,
+)
 
 
 @dataclass
@@ -171,8 +183,10 @@ class QAConfig:
 
 def _check_pruning(config) -> None:
     if config.pruning.k and "pruning_k" not in (option_names(config.scorer.name) or ()):
-        raise ValueError(f"pruning.k={config.pruning.k} applies to scorers with layer pruning (scorer=fastjev), "
-                         f"not scorer={config.scorer.name}: use pruning=none")
+        raise ValueError(
+            f"pruning.k={config.pruning.k} applies to scorers with layer pruning (scorer=fastjev), "
+            f"not scorer={config.scorer.name}: use pruning=none"
+        )
 
 
 @dataclass
@@ -243,12 +257,16 @@ class AgentConfig:
     def __post_init__(self):
         check_choice("agent.name", self.name, AGENT_NAMES)
         if (self.name == "fixed") != (self.control is not None):
-            raise ValueError("agent.control is the fixed agent's control: set it with agent=fixed "
-                             "(e.g. agent=fixed agent.control=attack), and only there")
+            raise ValueError(
+                "agent.control is the fixed agent's control: set it with agent=fixed "
+                "(e.g. agent=fixed agent.control=attack), and only there"
+            )
         if self.aim is not None:
             if self.name != "scripted":
-                raise ValueError("agent.aim is the scripted agent's steering: set it with agent=scripted "
-                                 "(e.g. agent=scripted agent.aim=strafe), and only there")
+                raise ValueError(
+                    "agent.aim is the scripted agent's steering: set it with agent=scripted "
+                    "(e.g. agent=scripted agent.aim=strafe), and only there"
+                )
             check_choice("agent.aim", self.aim, AIMS)
         check_choice("agent.describer", self.describer, available_describers())
         check_agent_options(self.perception, self.policy, self.memory, self.temperature, prefix="agent.")
@@ -277,8 +295,11 @@ class EpisodeConfig:
 def scorer_options(config: Any) -> dict:
     """Keyword options for `make_scorer(config.scorer.name, ...)`: model, placement, every scorer option the
     config sets, and the pruning budget when there is one."""
-    options = {"model": config.model.spec, "placement": dataclasses.asdict(config.placement),
-               **scorer_settings(config.scorer)}
+    options = {
+        "model": config.model.spec,
+        "placement": dataclasses.asdict(config.placement),
+        **scorer_settings(config.scorer),
+    }
     if config.model.adapter is not None:
         options["adapter"] = config.model.adapter
     pruning = getattr(config, "pruning", None)
@@ -327,13 +348,20 @@ register_configs()
 
 # ---------------------------------------------------------------- jetgym-train
 
+
 def _train_schema():
     from jetgym.training.options import LoraOptions, PPOOptions, RFTOptions, SFTOptions
 
-    extra = [("env_steps", int, field(default=2048)), ("autocast", bool, field(default=False)),
-             ("checkpoint_every", int, field(default=1)), ("held_out", float, field(default=0.5)),
-             ("demonstrations", Optional[Any], field(default=None)), ("min_return", Optional[float], field(default=None)),
-             ("relabel", Optional[str], field(default=None)), ("unique", bool, field(default=False))]
+    extra = [
+        ("env_steps", int, field(default=2048)),
+        ("autocast", bool, field(default=False)),
+        ("checkpoint_every", int, field(default=1)),
+        ("held_out", float, field(default=0.5)),
+        ("demonstrations", Optional[Any], field(default=None)),
+        ("min_return", Optional[float], field(default=None)),
+        ("relabel", Optional[str], field(default=None)),
+        ("unique", bool, field(default=False)),
+    ]
     return schema("TrainOptionsConfig", [PPOOptions, SFTOptions, RFTOptions, LoraOptions], optional=True, extra=extra)
 
 
@@ -372,27 +400,37 @@ class TrainConfig:
     def __post_init__(self):
         check_choice("algorithm", self.algorithm, ALGORITHMS)
         if self.scorer.name != "jet":
-            raise ValueError(f"jetgym-train trains the jet scorer's model: set scorer=jet (got scorer={self.scorer.name})")
+            raise ValueError(
+                f"jetgym-train trains the jet scorer's model: set scorer=jet (got scorer={self.scorer.name})"
+            )
         if self.agent.name != "scorer":
             raise ValueError(f"jetgym-train trains the scorer agent: set agent=scorer (got agent={self.agent.name})")
         if self.train.autocast and self.placement.device == "cpu" and not cpu_has_native_bf16():
-            raise ValueError("train.autocast=true on a CPU without native bf16 (AVX-512 BF16 or AMX): torch emulates "
-                             "bf16 there, tens of times slower than float32; leave train.autocast=false")
+            raise ValueError(
+                "train.autocast=true on a CPU without native bf16 (AVX-512 BF16 or AMX): torch emulates "
+                "bf16 there, tens of times slower than float32; leave train.autocast=false"
+            )
         if self.train.demonstrations is not None:
             self.train.demonstrations = demonstration_paths(self.train.demonstrations)
         if (self.algorithm == "bc") != bool(self.train.demonstrations):
-            raise ValueError("algorithm=bc (behaviour cloning) needs train.demonstrations=PATH, the steps.jsonl of a "
-                             "jetgym-episode run, and no other algorithm reads it"
-                             + ("" if self.algorithm == "bc" else f" (got algorithm={self.algorithm})"))
+            raise ValueError(
+                "algorithm=bc (behaviour cloning) needs train.demonstrations=PATH, the steps.jsonl of a "
+                "jetgym-episode run, and no other algorithm reads it"
+                + ("" if self.algorithm == "bc" else f" (got algorithm={self.algorithm})")
+            )
         if self.train.relabel is not None:
             check_choice("train.relabel", self.train.relabel, tuple(RELABELERS))
         for name in ("min_return", "relabel"):
             if getattr(self.train, name) is not None and self.algorithm != "bc":
-                raise ValueError(f"train.{name} is a behaviour-cloning option: set it with algorithm=bc only "
-                                 f"(got algorithm={self.algorithm})")
+                raise ValueError(
+                    f"train.{name} is a behaviour-cloning option: set it with algorithm=bc only "
+                    f"(got algorithm={self.algorithm})"
+                )
         if self.train.unique and self.algorithm in ("ppo", "rft"):
-            raise ValueError("train.unique merges repeated labelled questions: set it with algorithm=sft or bc only "
-                             f"(got algorithm={self.algorithm})")
+            raise ValueError(
+                "train.unique merges repeated labelled questions: set it with algorithm=sft or bc only "
+                f"(got algorithm={self.algorithm})"
+            )
         _check_algorithm_options(self.algorithm, self.train)
         _check_positive("train.env_steps", self.train.env_steps)
         _check_positive("train.checkpoint_every", self.train.checkpoint_every)
@@ -404,22 +442,28 @@ def _check_algorithm_options(algorithm: str, train) -> None:
     """Refuse a `train.*` option that only other algorithms read (e.g. train.keep with algorithm=ppo)."""
     from jetgym.training.options import PPOOptions, RFTOptions, SFTOptions
 
-    fields_of = {name: {f.name for f in dataclasses.fields(cls)}
-                 for name, cls in (("ppo", PPOOptions), ("rft", RFTOptions), ("sft or bc", SFTOptions))}
+    fields_of = {
+        name: {f.name for f in dataclasses.fields(cls)}
+        for name, cls in (("ppo", PPOOptions), ("rft", RFTOptions), ("sft or bc", SFTOptions))
+    }
     mine = fields_of["sft or bc" if algorithm in ("sft", "bc") else algorithm]
     for name in sorted(set().union(*fields_of.values()) - mine):
         if getattr(train, name) is not None:
             users = " or ".join(a for a, names in fields_of.items() if name in names)
-            raise ValueError(f"train.{name} is an option of algorithm={users}, not of algorithm={algorithm}: "
-                             f"remove it or change the algorithm")
+            raise ValueError(
+                f"train.{name} is an option of algorithm={users}, not of algorithm={algorithm}: "
+                f"remove it or change the algorithm"
+            )
 
 
 def demonstration_paths(value) -> list[str]:
     """`train.demonstrations` as a list of paths: one path, or a list of them (`train.demonstrations=[A,B]`)."""
     paths = [value] if isinstance(value, str) else value
     if not isinstance(paths, (list, tuple)) or not paths or not all(isinstance(p, str) and p for p in paths):
-        raise ValueError(f"train.demonstrations must be a steps.jsonl path or a non-empty list of them "
-                         f"(train.demonstrations=[A,B]), got {value!r}")
+        raise ValueError(
+            f"train.demonstrations must be a steps.jsonl path or a non-empty list of them "
+            f"(train.demonstrations=[A,B]), got {value!r}"
+        )
     return list(paths)
 
 

@@ -20,8 +20,9 @@ from jetgym.scripts.cli import save_hydra_config, start, user_errors
 from jetgym.scripts.config import CONFIG_PATH, EpisodeConfig, to_config
 
 
-def run_episodes(cfg: Any, output_dir: str | os.PathLike | None = None, scorer=None, quiet: bool = False,
-                 on_start=None) -> dict:
+def run_episodes(
+    cfg: Any, output_dir: str | os.PathLike | None = None, scorer=None, quiet: bool = False, on_start=None
+) -> dict:
     """The `jetgym-episode` job from a composed config: `cfg.episodes` episodes (seeds cfg.seed, cfg.seed+1, ...)
     into `output_dir` (default `cfg.output_dir`) with `jetgym.runs.run_episodes`; return the summary.
     scorer: a built scorer for the `scorer` agent (default: built from the config). on_start: called with the
@@ -30,11 +31,19 @@ def run_episodes(cfg: Any, output_dir: str | os.PathLike | None = None, scorer=N
     out = output_dir or config.output_dir
     if not out:
         raise ValueError("run_episodes needs an output folder: set output_dir")
-    return play(lambda: make_env(config, render=config.video),
-                lambda env: build_agent(config, config.env.task, scorer, env=env)[0], out, episodes=config.episodes,
-                seed=config.seed, video=config.video, about={"env": asdict(config.env), "agent": asdict(config.agent)},
-                settings=asdict(config),
-                gpu=config.placement.device == "cuda", quiet=quiet, on_start=on_start)
+    return play(
+        lambda: make_env(config, render=config.video),
+        lambda env: build_agent(config, config.env.task, scorer, env=env)[0],
+        out,
+        episodes=config.episodes,
+        seed=config.seed,
+        video=config.video,
+        about={"env": asdict(config.env), "agent": asdict(config.agent)},
+        settings=asdict(config),
+        gpu=config.placement.device == "cuda",
+        quiet=quiet,
+        on_start=on_start,
+    )
 
 
 @hydra.main(config_path=CONFIG_PATH, config_name="episode", version_base=None)

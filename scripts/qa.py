@@ -35,8 +35,7 @@ def run_settings(config: QAConfig) -> dict:
     return settings
 
 
-def run_qa(cfg: Any, output_dir: str | os.PathLike | None = None, started: float | None = None,
-           on_start=None) -> dict:
+def run_qa(cfg: Any, output_dir: str | os.PathLike | None = None, started: float | None = None, on_start=None) -> dict:
     """The `jetgym-qa` job from a composed config: score `cfg.dataset` into `output_dir` (default
     `cfg.output_dir`) with `jetgym.runs.run_qa`; print one line and return the summary. on_start: called with
     the folder once it is locked and checked (the console job writes `.hydra/` then)."""
@@ -52,14 +51,25 @@ def run_qa(cfg: Any, output_dir: str | os.PathLike | None = None, started: float
     if report is not None:
         from jetgym.runs.folder import atomic_file
 
-        reports.append(lambda qs, responses, folder: report(qs, responses, folder, path=config.dataset.path,
-                                                            atomic=atomic_file))
+        reports.append(
+            lambda qs, responses, folder: report(qs, responses, folder, path=config.dataset.path, atomic=atomic_file)
+        )
     summary = runner.run_qa(
-        questions, lambda: build_scorer(config), out, chunk_size=config.chunk_size, pipeline=config.pipeline,
-        on_error=config.on_error, settings=run_settings(config), reports=reports, started=started,
+        questions,
+        lambda: build_scorer(config),
+        out,
+        chunk_size=config.chunk_size,
+        pipeline=config.pipeline,
+        on_error=config.on_error,
+        settings=run_settings(config),
+        reports=reports,
+        started=started,
         about={"model": config.model.spec, "placement": asdict(config.placement), "dataset": asdict(config.dataset)},
-        gpu=config.placement.device == "cuda", rank_timeout_s=config.rank_timeout_s,
-        allow_single_choice=config.allow_single_choice, on_start=on_start)
+        gpu=config.placement.device == "cuda",
+        rank_timeout_s=config.rank_timeout_s,
+        allow_single_choice=config.allow_single_choice,
+        on_start=on_start,
+    )
     if "accuracy" not in summary:  # a data-parallel rank other than 0
         return summary
     if config.record:
@@ -69,7 +79,11 @@ def run_qa(cfg: Any, output_dir: str | os.PathLike | None = None, started: float
         report = runner.render_report(summary)
         write_section(f"qa-{config.record}", f"{report}\nCommand: `{command}`\n".replace("# QA:", "## QA:", 1))
     accuracy = "n/a" if summary["accuracy"] is None else f"{summary['accuracy']:.4f}"
-    skipped = f"; {summary['skipped']} question(s) skipped (see 'skipped' in {runner.RESPONSES})" if summary["skipped"] else ""
+    skipped = (
+        f"; {summary['skipped']} question(s) skipped (see 'skipped' in {runner.RESPONSES})"
+        if summary["skipped"]
+        else ""
+    )
     print(f"accuracy {accuracy} ({summary['correct']}/{summary['graded']}){skipped}; results in {Path(out).resolve()}")
     return summary
 
@@ -78,8 +92,9 @@ def run_qa(cfg: Any, output_dir: str | os.PathLike | None = None, started: float
 def hydra_main(cfg: DictConfig) -> None:
     """Console entry: `jetgym-qa key=value ...`; a user error is one line (`jetgym.scripts.cli`)."""
     with user_errors("jetgym-qa"):
-        run_qa(cfg, output_dir=HydraConfig.get().runtime.output_dir, started=PROCESS_START,
-               on_start=save_hydra_config(cfg))
+        run_qa(
+            cfg, output_dir=HydraConfig.get().runtime.output_dir, started=PROCESS_START, on_start=save_hydra_config(cfg)
+        )
 
 
 def main() -> None:

@@ -71,7 +71,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--frames", type=int, default=10, help="rendered frames per episode")
     parser.add_argument("--audit", metavar="PATH", help="audit a file or folder: restore every state, compare labels")
     parser.add_argument("--audit-demos", type=int, default=None, help="audit only the first N demos of each file")
-    parser.add_argument("--coverage", action="store_true", help="the step rule over every task's BDDL of the five suites")
+    parser.add_argument(
+        "--coverage", action="store_true", help="the step rule over every task's BDDL of the five suites"
+    )
     parser.add_argument("--check-suites", help="with --coverage: check these suites' tasks at restored states")
     parser.add_argument("--check-states", type=int, default=1, help="initial states restored per checked task")
     args = parser.parse_args(argv)
@@ -86,13 +88,19 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--out is required (or --audit PATH, or --coverage)")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    summaries = [record_task(t, args.episodes, args.seed, args.max_steps, args.frames, out_dir, log)
-                 for t in parse_tasks(args.tasks)]
+    summaries = [
+        record_task(t, args.episodes, args.seed, args.max_steps, args.frames, out_dir, log)
+        for t in parse_tasks(args.tasks)
+    ]
     steps = sum(s["steps"] for s in summaries)
     blocked = sum(s["blocked_steps"] for s in summaries)
-    result = {"success": {s["task"]: s["success"] for s in summaries}, "steps": steps, "blocked_steps": blocked,
-              "blocked_share": blocked / max(steps, 1),
-              "command": "jetgym-render-libero " + " ".join(argv if argv is not None else sys.argv[1:])}
+    result = {
+        "success": {s["task"]: s["success"] for s in summaries},
+        "steps": steps,
+        "blocked_steps": blocked,
+        "blocked_share": blocked / max(steps, 1),
+        "command": "jetgym-render-libero " + " ".join(argv if argv is not None else sys.argv[1:]),
+    }
     (out_dir / "render_summary.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     log(f"wrote {len(summaries)} task files ({steps} steps, blocked motion {blocked}/{steps}) to {out_dir}")
 

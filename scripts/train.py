@@ -40,9 +40,14 @@ def train(cfg: Any, output_dir: str | None = None, progress: bool = True, on_sta
     if not out:
         raise ValueError("jetgym-train needs an output folder: set output_dir")
     refuse_other_jobs(out, "jetgym-train")  # before any model is loaded
-    record = {"algorithm": config.algorithm, "seed": config.seed, "model": dataclasses.asdict(config.model),
-              "scorer": dataclasses.asdict(config.scorer), "train": dataclasses.asdict(config.train),
-              "placement": dataclasses.asdict(config.placement)}
+    record = {
+        "algorithm": config.algorithm,
+        "seed": config.seed,
+        "model": dataclasses.asdict(config.model),
+        "scorer": dataclasses.asdict(config.scorer),
+        "train": dataclasses.asdict(config.train),
+        "placement": dataclasses.asdict(config.placement),
+    }
     lora = options_of(config, LoraOptions)
     ranks = ranks_.current()
     try:
@@ -59,8 +64,11 @@ def _train(config: TrainConfig, record: dict, lora, out: str, shards, progress: 
     from jetgym.training.run import run_ppo, run_rft, run_sft
     from jetgym.training.sft import distinct_split, split_held_out
 
-    single = dataclasses.replace(config, env=dataclasses.replace(config.env, num_envs=1),
-                                 agent=dataclasses.replace(config.agent, policy="sample"))
+    single = dataclasses.replace(
+        config,
+        env=dataclasses.replace(config.env, num_envs=1),
+        agent=dataclasses.replace(config.agent, policy="sample"),
+    )
     cloning = config.algorithm in ("sft", "bc")
     options = options_of(config, OPTIONS[config.algorithm])
     record["options"] = {**dataclasses.asdict(options), **dataclasses.asdict(lora)}  # in effect, defaults filled
@@ -77,26 +85,63 @@ def _train(config: TrainConfig, record: dict, lora, out: str, shards, progress: 
         train_set, held_out = split_held_out(questions, config.train.held_out)
         if config.train.unique:
             train_set, held_out, record["unique"] = distinct_split(train_set, held_out)
-        return run_sft(policy, train_set, options, out, held_out=held_out, seed=config.seed,
-                       checkpoint_every=config.train.checkpoint_every, autocast=config.train.autocast,
-                       config=record, progress=progress, shards=shards, on_start=on_start)
+        return run_sft(
+            policy,
+            train_set,
+            options,
+            out,
+            held_out=held_out,
+            seed=config.seed,
+            checkpoint_every=config.train.checkpoint_every,
+            autocast=config.train.autocast,
+            config=record,
+            progress=progress,
+            shards=shards,
+            on_start=on_start,
+        )
     record["env"] = dataclasses.asdict(config.env)
     record["agent"] = dataclasses.asdict(config.agent)
     if options.num_envs < shards.ranks.world_size:
-        raise ValueError(f"train.num_envs={options.num_envs} is smaller than the {shards.ranks.world_size} ranks: "
-                         f"every rank plays at least one env; set train.num_envs >= {shards.ranks.world_size}")
+        raise ValueError(
+            f"train.num_envs={options.num_envs} is smaller than the {shards.ranks.world_size} ranks: "
+            f"every rank plays at least one env; set train.num_envs >= {shards.ranks.world_size}"
+        )
     envs = [make_env(single) for _ in shards.mine(options.num_envs)]
     policy = Policy(build_scorer(config), lora, config.seed)
     agent, _ = build_agent(single, scorer=policy.scorer, env=envs[0])
     if config.algorithm == "rft":
-        return run_rft(policy, envs, agent, options, out, config.train.env_steps, temperature=config.agent.temperature,
-                       seed=config.seed, checkpoint_every=config.train.checkpoint_every,
-                       autocast=config.train.autocast, config=record, progress=progress, shards=shards,
-                       on_start=on_start)
+        return run_rft(
+            policy,
+            envs,
+            agent,
+            options,
+            out,
+            config.train.env_steps,
+            temperature=config.agent.temperature,
+            seed=config.seed,
+            checkpoint_every=config.train.checkpoint_every,
+            autocast=config.train.autocast,
+            config=record,
+            progress=progress,
+            shards=shards,
+            on_start=on_start,
+        )
     agent.temperature = policy.scorer.options.temperature  # sample from the scorer's own distribution
-    return run_ppo(policy, envs, agent, options, out, config.train.env_steps, seed=config.seed,
-                   checkpoint_every=config.train.checkpoint_every, autocast=config.train.autocast, config=record,
-                   progress=progress, shards=shards, on_start=on_start)
+    return run_ppo(
+        policy,
+        envs,
+        agent,
+        options,
+        out,
+        config.train.env_steps,
+        seed=config.seed,
+        checkpoint_every=config.train.checkpoint_every,
+        autocast=config.train.autocast,
+        config=record,
+        progress=progress,
+        shards=shards,
+        on_start=on_start,
+    )
 
 
 def _demonstrations(config: TrainConfig, single: TrainConfig, policy) -> list:
@@ -110,12 +155,15 @@ def _demonstrations(config: TrainConfig, single: TrainConfig, policy) -> list:
     try:
         relabel = config.train.relabel
         if relabel is not None and not ScriptedAgent.plays(env):
-            raise ValueError(f"train.relabel={relabel} relabels with the scripted expert, which plays {EXPERT_ENVS} "
-                             f"envs only, not {config.env.id}: leave train.relabel unset to clone the recorded actions")
+            raise ValueError(
+                f"train.relabel={relabel} relabels with the scripted expert, which plays {EXPERT_ENVS} "
+                f"envs only, not {config.env.id}: leave train.relabel unset to clone the recorded actions"
+            )
         agent, _ = build_agent(single, scorer=policy.scorer, env=env)
         expert = None if relabel is None else make_agent("scripted", env=env, aim=RELABELERS[relabel])
-        return cloning_questions(config.train.demonstrations, env, agent, min_return=config.train.min_return,
-                                 expert=expert)
+        return cloning_questions(
+            config.train.demonstrations, env, agent, min_return=config.train.min_return, expert=expert
+        )
     finally:
         env.close()
 

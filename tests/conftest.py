@@ -40,7 +40,9 @@ class FakeScorer(ScorerBase):
                 raise RuntimeError("fake scorer stopped on purpose")
             FakeScorer.calls += 1
             logprobs = [fake_logprob(str(question.context), c) for c in question.candidates]
-            usage = Usage(prefix_tokens=len(str(question.context)), candidate_tokens=len(question.candidates), forward_calls=1)
+            usage = Usage(
+                prefix_tokens=len(str(question.context)), candidate_tokens=len(question.candidates), forward_calls=1
+            )
             decisions.append(make_decision(question, question.candidates, logprobs, usage))
         return decisions
 

@@ -51,14 +51,37 @@ def with_sprite(x0: int, x1: int, y0: int = 38, y1: int = 54) -> np.ndarray:
 
 def doom_obs(screen=None, **status):
     status = status or {"health": 100, "ammo": 26, "kills": 0}
-    return {"screen": blank_screen() if screen is None else screen,
-            "status": {k: np.array(v, np.int32) for k, v in status.items()}}
+    return {
+        "screen": blank_screen() if screen is None else screen,
+        "status": {k: np.array(v, np.int32) for k, v in status.items()},
+    }
 
 
-CANDIDATES = CandidateSet(("do nothing", "move forward", "move backward", "turn left", "turn right", "strafe left",
-                           "strafe right", "attack", "use"),
-                          ("noop", "move_forward", "move_backward", "turn_left", "turn_right", "strafe_left",
-                           "strafe_right", "attack", "use"), range(9))
+CANDIDATES = CandidateSet(
+    (
+        "do nothing",
+        "move forward",
+        "move backward",
+        "turn left",
+        "turn right",
+        "strafe left",
+        "strafe right",
+        "attack",
+        "use",
+    ),
+    (
+        "noop",
+        "move_forward",
+        "move_backward",
+        "turn_left",
+        "turn_right",
+        "strafe_left",
+        "strafe_right",
+        "attack",
+        "use",
+    ),
+    range(9),
+)
 
 
 # --- wrapper --------------------------------------------------------------------------------------------
@@ -116,8 +139,14 @@ def test_question_holds_only_what_screen_and_status_show(fake_scorer):
     question = agent.question(obs, CANDIDATES)
     lines = question.context.split("\n")
     # every line is the fixed briefing, a rendering of the observation, the agent's own actions, or the controls
-    assert lines == ["TASK.", "Status: health 87, ammo 13, kills 2.", describe(obs["screen"]),
-                     "Your last actions: none yet.", "Controls: " + ", ".join(CANDIDATES.texts) + ".", QUESTION]
+    assert lines == [
+        "TASK.",
+        "Status: health 87, ammo 13, kills 2.",
+        describe(obs["screen"]),
+        "Your last actions: none yet.",
+        "Controls: " + ", ".join(CANDIDATES.texts) + ".",
+        QUESTION,
+    ]
     assert sorted(int(n) for n in re.findall(r"\d+", question.context)) == [2, 13, 87]
     assert question.candidates == CANDIDATES.texts and question.images == ()
     # the same observation gives the same question, whatever else the engine knows
@@ -134,17 +163,23 @@ def test_question_holds_only_what_screen_and_status_show(fake_scorer):
 
 
 def test_worked_examples_become_chat_turns_before_the_observation(fake_scorer):
-    examples = [["Status: health 100, ammo 26, kills 0.\nSeen on screen: nothing stands out.", "turn left"],
-                ["Status: health 90, ammo 20, kills 1.\nSeen on screen: a small thing ahead, in the crosshair.", "attack"]]
+    examples = [
+        ["Status: health 100, ammo 26, kills 0.\nSeen on screen: nothing stands out.", "turn left"],
+        ["Status: health 90, ammo 20, kills 1.\nSeen on screen: a small thing ahead, in the crosshair.", "attack"],
+    ]
     agent = make_agent("scorer", scorer=make_scorer("fake"), task="TASK.", memory=1, examples=examples)
     agent.reset(0)
     obs = doom_obs(health=87, ammo=13, kills=2)
     messages = agent.question(obs, CANDIDATES).context
-    assert messages[0] == {"role": "system", "content": "TASK.\nControls: " + ", ".join(CANDIDATES.texts) + ".\n" + QUESTION}
+    assert messages[0] == {
+        "role": "system",
+        "content": "TASK.\nControls: " + ", ".join(CANDIDATES.texts) + ".\n" + QUESTION,
+    }
     assert [m["role"] for m in messages[1:]] == ["user", "assistant", "user", "assistant", "user"]
     assert [(m["content"]) for m in messages[1:5]] == [examples[0][0], "turn left", examples[1][0], "attack"]
-    assert messages[-1]["content"] == ("Status: health 87, ammo 13, kills 2.\n" + describe(obs["screen"])
-                                       + "\nYour last actions: none yet.")
+    assert messages[-1]["content"] == (
+        "Status: health 87, ammo 13, kills 2.\n" + describe(obs["screen"]) + "\nYour last actions: none yet."
+    )
     act = agent.act(obs, CANDIDATES)
     assert act.question == messages  # steps.jsonl records the whole chat the scorer saw
     assert agent.question(obs, CANDIDATES).context[-1]["content"].endswith(f"Your last actions: {act.text}.")
@@ -152,11 +187,14 @@ def test_worked_examples_become_chat_turns_before_the_observation(fake_scorer):
     assert "Your last actions" not in no_memory.question(obs, CANDIDATES).context[-1]["content"]
 
 
-@pytest.mark.parametrize("examples,message", [
-    ([["seen"]], r"examples\[0\] must be an \[observation text, control text\] pair"),
-    (["seen, attack"], r"examples\[0\] must be an \[observation text, control text\] pair"),
-    ([["seen", " "]], r"examples\[0\] must be an \[observation text, control text\] pair"),
-])
+@pytest.mark.parametrize(
+    "examples,message",
+    [
+        ([["seen"]], r"examples\[0\] must be an \[observation text, control text\] pair"),
+        (["seen, attack"], r"examples\[0\] must be an \[observation text, control text\] pair"),
+        ([["seen", " "]], r"examples\[0\] must be an \[observation text, control text\] pair"),
+    ],
+)
 def test_bad_examples_are_refused(fake_scorer, examples, message):
     with pytest.raises(ValueError, match=message):
         make_agent("scorer", scorer=make_scorer("fake"), examples=examples)
@@ -165,8 +203,11 @@ def test_bad_examples_are_refused(fake_scorer, examples, message):
 def test_an_example_control_must_be_one_of_the_envs_controls():
     from jetgym.agents.prompt import check_example_controls
 
-    with pytest.raises(ValueError, match=r"env.examples\[0\]: the control 'jump' \(for 'seen'\) is not one of "
-                                         r"jetgym/Doom-v0's controls \(do nothing, attack\); write one of them"):
+    with pytest.raises(
+        ValueError,
+        match=r"env.examples\[0\]: the control 'jump' \(for 'seen'\) is not one of "
+        r"jetgym/Doom-v0's controls \(do nothing, attack\); write one of them",
+    ):
         check_example_controls([("seen", "jump")], ["do nothing", "attack"], "jetgym/Doom-v0")
 
 
@@ -208,7 +249,6 @@ def test_sampling_is_seeded(fake_scorer):
     assert act.index == int(np.argmax(act.probs)) and act.action == act.index
 
 
-
 def test_a_question_with_many_candidates_warns_once(fake_scorer):
     import warnings
 
@@ -226,12 +266,18 @@ def test_a_question_with_many_candidates_warns_once(fake_scorer):
     assert [str(w.message) for w in caught if "candidates" in str(w.message)] == [
         "a question with 300 candidates (more than 64): every decision scores all of them (with hundreds, tens of "
         "seconds a decision on a CPU); to go faster, play an env that admits fewer actions (a text game with fewer "
-        "rooms and objects), place the model on a GPU (placement.device=cuda) or use a smaller model (model.spec)"]
+        "rooms and objects), place the model on a GPU (placement.device=cuda) or use a smaller model (model.spec)"
+    ]
+
 
 @pytest.mark.parametrize(
     "options,message",
-    [({"perception": "vision"}, "unknown perception 'vision'"), ({"policy": "greedy"}, "unknown policy 'greedy'"),
-     ({"temperature": 0}, "temperature must be > 0"), ({"memory": -1}, "memory must be >= 0")],
+    [
+        ({"perception": "vision"}, "unknown perception 'vision'"),
+        ({"policy": "greedy"}, "unknown policy 'greedy'"),
+        ({"temperature": 0}, "temperature must be > 0"),
+        ({"memory": -1}, "memory must be >= 0"),
+    ],
 )
 def test_scorer_agent_bad_options(options, message):
     with pytest.raises(ValueError, match=message):
@@ -278,5 +324,8 @@ def test_fixed_agent_errors_name_the_admissible_controls():
     with pytest.raises(ValueError, match="needs control="):
         make_agent("fixed", control=" ")
     masked = CandidateSet(("turn left", "attack"), ("turn_left", "attack"), (3, 7))
-    with pytest.raises(ValueError, match=r"control 'use' is not an admissible candidate here; admissible: turn_left \('turn left'\), attack"):
+    with pytest.raises(
+        ValueError,
+        match=r"control 'use' is not an admissible candidate here; admissible: turn_left \('turn left'\), attack",
+    ):
         make_agent("fixed", control="use").act(doom_obs(), masked)

@@ -12,8 +12,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # lower layers first; a package may import only packages of a lower layer (the top package re-exports lazily)
-LAYERS = {"jetgym.scorers": 0, "jetgym.questions": 1, "jetgym.envs": 2, "jetgym.agents": 3, "jetgym.runs": 4,
-          "jetgym.training": 5, "jetgym.integrations": 5, "jetgym.scripts": 6, "jetgym": 7}
+LAYERS = {
+    "jetgym.scorers": 0,
+    "jetgym.questions": 1,
+    "jetgym.envs": 2,
+    "jetgym.agents": 3,
+    "jetgym.runs": 4,
+    "jetgym.training": 5,
+    "jetgym.integrations": 5,
+    "jetgym.scripts": 6,
+    "jetgym": 7,
+}
 
 
 def modules() -> dict[str, Path]:
@@ -68,8 +77,12 @@ def test_every_package_has_a_layer():
 
 
 def test_imports_point_down_only():
-    upward = [f"{package} imports {target}" for package, targets in package_graph().items() for target in targets
-              if LAYERS[target] >= LAYERS[package]]
+    upward = [
+        f"{package} imports {target}"
+        for package, targets in package_graph().items()
+        for target in targets
+        if LAYERS[target] >= LAYERS[package]
+    ]
     assert upward == []
 
 
@@ -81,7 +94,7 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
         state[node] = "open"
         for target in sorted(edges.get(node, ())):
             if state.get(target) == "open":
-                found.append(path[path.index(target):] + [target])
+                found.append(path[path.index(target) :] + [target])
             elif target not in state:
                 visit(target, path + [target])
         state[node] = "done"
@@ -112,8 +125,14 @@ def test_architecture_doc_lists_the_imports_as_they_are():
         documented[cells[0]] = set() if cells[2] == "-" else {c.strip().strip("`") for c in cells[2].split(",")}
         listed[cells[0]] = set() if cells[3] == "-" else {c.strip() for c in cells[3].split(",")}
     assert documented == package_graph()
-    actual = {package: {m[len(package) + 1:] for m in modules() if package_of(m) == package and m != package
-                        and not m.startswith("jetgym.conf")} for package in LAYERS}
+    actual = {
+        package: {
+            m[len(package) + 1 :]
+            for m in modules()
+            if package_of(m) == package and m != package and not m.startswith("jetgym.conf")
+        }
+        for package in LAYERS
+    }
     assert listed == actual
     for package, layer in LAYERS.items():
         assert f"| `{package}` | {layer} |" in table.group(1)

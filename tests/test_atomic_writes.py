@@ -41,33 +41,45 @@ def test_a_full_disk_leaves_a_replaced_file_as_it_was_and_names_it(tmp_path, mon
     with pytest.raises(DiskFullError) as caught:
         write_json(target, {"chunk_size": 16, "more": "x" * 100})
     assert str(caught.value).startswith(f"no space left to write {target} (")
-    assert str(caught.value).endswith("bytes free); the file was left as it was. Free some space (or choose another "
-                                      "output_dir) and run again")
+    assert str(caught.value).endswith(
+        "bytes free); the file was left as it was. Free some space (or choose another output_dir) and run again"
+    )
     assert caught.value.errno == errno.ENOSPC and caught.value.__cause__ is None
     assert target.read_bytes() == before and leftovers(tmp_path) == []
 
 
 def test_a_full_disk_while_writing_names_the_space_needed(tmp_path, monkeypatch):
     monkeypatch.setattr(Path, "write_bytes", no_space)
-    with pytest.raises(DiskFullError, match=r"no space left to write .*report.md \([\d,]+ bytes free, about 1,000 "
-                                            r"needed\); the file was left as it was"):
+    with pytest.raises(
+        DiskFullError,
+        match=r"no space left to write .*report.md \([\d,]+ bytes free, about 1,000 "
+        r"needed\); the file was left as it was",
+    ):
         write_text(tmp_path / "report.md", "x" * 1000)
     assert not (tmp_path / "report.md").exists() and leftovers(tmp_path) == []
 
 
 def test_a_full_disk_while_appending_says_the_next_run_resumes(tmp_path, monkeypatch):
     monkeypatch.setattr(folder_.os, "fsync", no_space)
-    with pytest.raises(DiskFullError, match=r"no space left to write .*responses.jsonl \(.*\); its last line may be "
-                                            r"torn: the next run cuts it off and resumes"):
+    with pytest.raises(
+        DiskFullError,
+        match=r"no space left to write .*responses.jsonl \(.*\); its last line may be "
+        r"torn: the next run cuts it off and resumes",
+    ):
         append_jsonl(tmp_path / "responses.jsonl", [{"id": "q0"}])
 
 
 def test_a_corrupt_run_json_is_named(tmp_path, fake_scorer):
     (tmp_path / "run.json").write_text("")
-    with pytest.raises(ValueError, match=rf"^{tmp_path / 'run.json'} is not valid JSON \(Expecting value; 0 bytes\): "
-                                         rf"the settings of the run in {tmp_path} cannot be read; restore the file or "
-                                         rf"use a fresh output_dir$"):
-        runner.run_qa([Question(context="q", candidates=["a", "b"], id="q0")], make_scorer("fake"), tmp_path, quiet=True)
+    with pytest.raises(
+        ValueError,
+        match=rf"^{tmp_path / 'run.json'} is not valid JSON \(Expecting value; 0 bytes\): "
+        rf"the settings of the run in {tmp_path} cannot be read; restore the file or "
+        rf"use a fresh output_dir$",
+    ):
+        runner.run_qa(
+            [Question(context="q", candidates=["a", "b"], id="q0")], make_scorer("fake"), tmp_path, quiet=True
+        )
 
 
 def test_a_gif_interrupted_while_written_leaves_no_gif(tmp_path, monkeypatch):
@@ -134,18 +146,36 @@ def small_disk(tmp_path):
 
 def test_a_full_disk_ends_jetgym_qa_with_one_line_and_the_folder_resumes(tmp_path, small_disk):
     data = tmp_path / "q.jsonl"
-    data.write_text("".join(json.dumps({"question": f"What is {k} + {k}? " + "x" * 400, "choices": [str(2 * k), str(k)],
-                                        "answer": 0}) + "\n" for k in range(1, 41)))
+    data.write_text(
+        "".join(
+            json.dumps({"question": f"What is {k} + {k}? " + "x" * 400, "choices": [str(2 * k), str(k)], "answer": 0})
+            + "\n"
+            for k in range(1, 41)
+        )
+    )
     out = small_disk / "out"
     filler = small_disk / "filler"
-    code = (f"import sys; sys.path.insert(0, {str(TESTS)!r}); import conftest\n"
-            "from jetgym.scripts.qa import main\nsys.argv = ['jetgym-qa', *sys.argv[1:]]\nmain()\n")
-    command = [sys.executable, "-c", code, f"output_dir={out}", "scorer.name=fake", "dataset=jsonl",
-               f"dataset.path={data}", "chunk_size=4", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
+    code = (
+        f"import sys; sys.path.insert(0, {str(TESTS)!r}); import conftest\n"
+        "from jetgym.scripts.qa import main\nsys.argv = ['jetgym-qa', *sys.argv[1:]]\nmain()\n"
+    )
+    command = [
+        sys.executable,
+        "-c",
+        code,
+        f"output_dir={out}",
+        "scorer.name=fake",
+        "dataset=jsonl",
+        f"dataset.path={data}",
+        "chunk_size=4",
+        "hydra/job_logging=disabled",
+        "hydra/hydra_logging=disabled",
+    ]
     free = shutil.disk_usage(small_disk).free
     filler.write_bytes(b"\0" * (free - 12 * 1024))  # room for run.json, .hydra/ and a few chunks
-    stopped = subprocess.run(command, capture_output=True, text=True, timeout=300,
-                             env={**os.environ, "HYDRA_FULL_ERROR": "0"})
+    stopped = subprocess.run(
+        command, capture_output=True, text=True, timeout=300, env={**os.environ, "HYDRA_FULL_ERROR": "0"}
+    )
     assert stopped.returncode == 2, stopped.stderr
     last = stopped.stderr.strip().splitlines()[-1]
     assert last.startswith(f"jetgym-qa: no space left to write {out}/") and "bytes free" in last

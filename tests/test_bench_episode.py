@@ -19,9 +19,13 @@ def test_a_partial_run_never_takes_the_whole_section():
 
 
 def test_compare_pairs_the_scorer_with_random_best_fixed_and_scripted():
-    agents = {"scorer": {"returns": [2.0, 3.0, 1.0, 2.0]}, "random": {"returns": [0.0, 1.0, -1.0, 0.0]},
-              "scripted": {"returns": [2.0, 3.0, 1.0, 2.0]},
-              "fixed: attack": {"returns": [1.0, 0.0, 0.0, 1.0]}, "fixed: turn left": {"returns": [-1.0] * 4}}
+    agents = {
+        "scorer": {"returns": [2.0, 3.0, 1.0, 2.0]},
+        "random": {"returns": [0.0, 1.0, -1.0, 0.0]},
+        "scripted": {"returns": [2.0, 3.0, 1.0, 2.0]},
+        "fixed: attack": {"returns": [1.0, 0.0, 0.0, 1.0]},
+        "fixed: turn left": {"returns": [-1.0] * 4},
+    }
     result = compare(agents)
     assert result["best_fixed"] == "fixed: attack"
     paired = result["paired"]["scorer"]
@@ -34,8 +38,22 @@ def test_compare_pairs_the_scorer_with_random_best_fixed_and_scripted():
 
 
 def test_bench_runs_every_agent_on_the_same_seeds(tmp_path, fake_scorer):
-    main(["--scenarios", "basic", "--episodes", "2", "--seed", "5", "--override", "scorer.name=fake",
-          "--override", "env.kwargs.episode_timeout=40", "--output-dir", str(tmp_path)])
+    main(
+        [
+            "--scenarios",
+            "basic",
+            "--episodes",
+            "2",
+            "--seed",
+            "5",
+            "--override",
+            "scorer.name=fake",
+            "--override",
+            "env.kwargs.episode_timeout=40",
+            "--output-dir",
+            str(tmp_path),
+        ]
+    )
     report = json.loads((tmp_path / "vizdoom_basic.json").read_text())
     basic = report["scenarios"]["basic"]
     assert len(basic["agents"]) == 12 and basic["best_fixed"].startswith("fixed: ")
@@ -48,8 +66,23 @@ def test_bench_runs_every_agent_on_the_same_seeds(tmp_path, fake_scorer):
 
 
 def test_bench_plays_the_scorer_once_per_normalization(tmp_path, fake_scorer):
-    main(["--scenarios", "basic", "--episodes", "2", "--normalizations", "none", "token", "--override",
-          "scorer.name=fake", "--override", "env.kwargs.episode_timeout=40", "--output-dir", str(tmp_path)])
+    main(
+        [
+            "--scenarios",
+            "basic",
+            "--episodes",
+            "2",
+            "--normalizations",
+            "none",
+            "token",
+            "--override",
+            "scorer.name=fake",
+            "--override",
+            "env.kwargs.episode_timeout=40",
+            "--output-dir",
+            str(tmp_path),
+        ]
+    )
     report = json.loads((tmp_path / "vizdoom_basic_normalization.json").read_text())
     basic = report["scenarios"]["basic"]
     assert set(basic["paired"]) == {"scorer (none)", "scorer (token)"}
@@ -61,12 +94,18 @@ def test_bench_plays_the_scorer_once_per_normalization(tmp_path, fake_scorer):
     assert "| scorer (token) minus random |" in text and "--normalizations none token" in text
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--episodes", "1"], "--episodes must be at least 2"),
-    (["--fewer", "basic=1"], "--fewer takes SCENARIO=N with SCENARIO one of defend_the_center, basic, health_gathering and N >= 2, got 'basic=1'"),
-    (["--fewer", "corridor=3"], "got 'corridor=3'"),
-    (["--normalizations", "bytes"], "invalid choice: 'bytes'"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--episodes", "1"], "--episodes must be at least 2"),
+        (
+            ["--fewer", "basic=1"],
+            "--fewer takes SCENARIO=N with SCENARIO one of defend_the_center, basic, health_gathering and N >= 2, got 'basic=1'",
+        ),
+        (["--fewer", "corridor=3"], "got 'corridor=3'"),
+        (["--normalizations", "bytes"], "invalid choice: 'bytes'"),
+    ],
+)
 def test_bench_refuses_bad_arguments(argv, message, capsys):
     with pytest.raises(SystemExit):
         main(argv)

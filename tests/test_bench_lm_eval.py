@@ -33,13 +33,38 @@ def test_agreement_checks_each_request_against_the_fp32_bound():
 
 def test_report_names_every_method_and_speedup():
     seconds = {"first": 2.0, "median": 2.0, "q1": 1.5, "q3": 2.5}
-    a = {"requests": 3, "max_abs_delta": 1e-6, "is_greedy_identical": "3/3", "metrics_identical": True,
-         "metrics": {"acc,none": {"hf": 0.5, "jetgym": 0.5}}}
-    r = {"command": "jetgym-bench-lm-eval", "cpus": 2, "threads": 2, "model": "m", "hf_batch_size": 8,
-         "max_batch_tokens": 1024, "rounds": 1, "dtypes": ["float32", "bfloat16"], "workloads": {"w": {
-             "task": "t", "num_fewshot": 5, "limit": 20, "documents": 20, "agreement": {"float32": a, "bfloat16": a},
-             "seconds": {"jetgym_float32": seconds, "hf_bs8_float32": seconds, "speedup_float32": {"median": 1.0, "first": 1.0},
-                         "speedup_bfloat16": {"median": 3.0, "first": 2.5}}}}}
+    a = {
+        "requests": 3,
+        "max_abs_delta": 1e-6,
+        "is_greedy_identical": "3/3",
+        "metrics_identical": True,
+        "metrics": {"acc,none": {"hf": 0.5, "jetgym": 0.5}},
+    }
+    r = {
+        "command": "jetgym-bench-lm-eval",
+        "cpus": 2,
+        "threads": 2,
+        "model": "m",
+        "hf_batch_size": 8,
+        "max_batch_tokens": 1024,
+        "rounds": 1,
+        "dtypes": ["float32", "bfloat16"],
+        "workloads": {
+            "w": {
+                "task": "t",
+                "num_fewshot": 5,
+                "limit": 20,
+                "documents": 20,
+                "agreement": {"float32": a, "bfloat16": a},
+                "seconds": {
+                    "jetgym_float32": seconds,
+                    "hf_bs8_float32": seconds,
+                    "speedup_float32": {"median": 1.0, "first": 1.0},
+                    "speedup_bfloat16": {"median": 3.0, "first": 2.5},
+                },
+            }
+        },
+    }
     text = render(r)
     assert "| jetgym_float32 | 2.0 [1.5, 2.5] | 2.0 |" in text and "5-shot, first 20 documents" in text
     assert "bfloat16: hf / jetgym = **3.00x** (first pass 2.50x)" in text

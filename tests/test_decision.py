@@ -33,7 +33,9 @@ def test_binary_returns_probability_of_true():
 
 
 def test_ordinal_returns_expected_index():
-    d = decide(Question(context="x", candidates=["low", "mid", "high"], kind="ordinal"), [math.log(v) for v in (1, 1, 2)])
+    d = decide(
+        Question(context="x", candidates=["low", "mid", "high"], kind="ordinal"), [math.log(v) for v in (1, 1, 2)]
+    )
     assert d.expected_index == pytest.approx(0 * 0.25 + 1 * 0.25 + 2 * 0.5)
     with pytest.raises(AttributeError, match="p_true is defined for binary questions"):
         d.p_true

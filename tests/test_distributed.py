@@ -67,8 +67,10 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def questions(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("data") / "q.jsonl"
-    rows = [{"question": f"What is {n} plus {n}?", "choices": [str(2 * n), str(n + 1), str(3 * n)], "answer": 0}
-            for n in range(11)]
+    rows = [
+        {"question": f"What is {n} plus {n}?", "choices": [str(2 * n), str(n + 1), str(3 * n)], "answer": 0}
+        for n in range(11)
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
@@ -78,17 +80,25 @@ def qa_args(data: Path, out: Path, *extra: str) -> list[str]:
 
 
 def torchrun(args: list[str], nproc: int = 2) -> subprocess.Popen:
-    command = [str(BIN / "torchrun"), "--standalone", f"--nproc-per-node={nproc}", "--no-python",
-               str(BIN / "jetgym-qa"), *args]
-    return subprocess.Popen(command, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    command = [
+        str(BIN / "torchrun"),
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        "--no-python",
+        str(BIN / "jetgym-qa"),
+        *args,
+    ]
+    return subprocess.Popen(
+        command, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
 
 
 @pytest.fixture(scope="module")
 def one_process(questions, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("one")
-    done = subprocess.run([str(BIN / "jetgym-qa"), *qa_args(questions, out)], env=ENV, capture_output=True, text=True,
-                          timeout=900)
+    done = subprocess.run(
+        [str(BIN / "jetgym-qa"), *qa_args(questions, out)], env=ENV, capture_output=True, text=True, timeout=900
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return out
 
@@ -113,9 +123,11 @@ def test_a_killed_rank_fails_the_job_and_a_rerun_completes_it(questions, one_pro
     deadline = time.monotonic() + 600
     while not (victim_file.exists() and victim_file.read_text().count("\n") >= 1) and time.monotonic() < deadline:
         time.sleep(0.05)
-    victim = [line.split()[0] for line in subprocess.run(["pgrep", "-af", "jetgym-qa"], capture_output=True,
-                                                        text=True).stdout.splitlines()
-              if f"output_dir={tmp_path}" in line and "torchrun" not in line]
+    victim = [
+        line.split()[0]
+        for line in subprocess.run(["pgrep", "-af", "jetgym-qa"], capture_output=True, text=True).stdout.splitlines()
+        if f"output_dir={tmp_path}" in line and "torchrun" not in line
+    ]
     lock = (tmp_path / ".jetgym.rank-1-of-2.lock").read_text()
     pid = int(lock.split("pid ")[1].rstrip(")\n"))
     assert str(pid) in victim
@@ -135,29 +147,60 @@ def test_ranks_with_other_settings_are_refused_before_scoring(questions, tmp_pat
     port = free_port()
     jobs = []
     for rank, template in ((0, "none"), (1, "chat")):
-        env = {**ENV, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2",
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-        jobs.append(subprocess.Popen([str(BIN / "jetgym-qa"), *qa_args(questions, tmp_path, f"scorer.template={template}")],
-                                     env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        env = {
+            **ENV,
+            "RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": "2",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+        jobs.append(
+            subprocess.Popen(
+                [str(BIN / "jetgym-qa"), *qa_args(questions, tmp_path, f"scorer.template={template}")],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     outputs = [job.communicate(timeout=600)[0] for job in jobs]
     assert all(job.returncode != 0 for job in jobs)
     assert any("ranks [1] were started with other settings than rank 0" in out for out in outputs), outputs[0][-2000:]
-    assert not list(tmp_path.glob("responses*.jsonl")) or all(not p.read_text() for p in tmp_path.glob("responses*.jsonl"))
+    assert not list(tmp_path.glob("responses*.jsonl")) or all(
+        not p.read_text() for p in tmp_path.glob("responses*.jsonl")
+    )
 
 
 @pytest.mark.slow
 def test_episodes_split_across_ranks_merge_to_the_one_process_files(tmp_path):
     pytest.importorskip("gymnasium")
     args = ["env=frozenlake", "agent=random", "episodes=5", "seed=3", "video=false"]
-    one = subprocess.run([str(BIN / "jetgym-episode"), *args, f"output_dir={tmp_path / 'one'}"], env=ENV,
-                         capture_output=True, text=True, timeout=600)
+    one = subprocess.run(
+        [str(BIN / "jetgym-episode"), *args, f"output_dir={tmp_path / 'one'}"],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert one.returncode == 0, one.stderr[-3000:]
-    command = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node=2", "--no-python", str(BIN / "jetgym-episode"),
-               *args, f"output_dir={tmp_path / 'two'}"]
+    command = [
+        str(BIN / "torchrun"),
+        "--standalone",
+        "--nproc-per-node=2",
+        "--no-python",
+        str(BIN / "jetgym-episode"),
+        *args,
+        f"output_dir={tmp_path / 'two'}",
+    ]
     two = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=600)
     assert two.returncode == 0, (two.stdout + two.stderr)[-3000:]
     for name in ("steps.jsonl", "episodes.jsonl"):
         assert (tmp_path / "two" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
-    assert [len((tmp_path / "two" / f"episodes.rank-{r}-of-2.jsonl").read_text().splitlines()) for r in (0, 1)] == [3, 2]
+    assert [len((tmp_path / "two" / f"episodes.rank-{r}-of-2.jsonl").read_text().splitlines()) for r in (0, 1)] == [
+        3,
+        2,
+    ]
     summary = json.loads((tmp_path / "two" / "summary.json").read_text())
     assert summary["episodes"] == 5

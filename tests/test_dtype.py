@@ -60,18 +60,26 @@ def test_bf16_keeps_fp32_choices_where_the_margin_is_large():
 def test_bench_dtype_methods_parse_their_trials():
     from jetgym.scripts.bench_dtype import BenchDtypeConfig, MethodSpec
 
-    assert MethodSpec.parse("bfloat16+compile+threads:1+batch:4096+reuse") == MethodSpec("bfloat16", True, 1, 4096, True)
+    assert MethodSpec.parse("bfloat16+compile+threads:1+batch:4096+reuse") == MethodSpec(
+        "bfloat16", True, 1, 4096, True
+    )
     assert MethodSpec.parse("int8") == MethodSpec("int8")
     BenchDtypeConfig(methods=["float32", "bfloat16+batch:2048"])
 
 
-@pytest.mark.parametrize("methods,message", [
-    (["float32", "fp16"], "methods: 'fp16' must start with one of float32, bfloat16, int8"),
-    (["float32", "bfloat16+threads:0"], "unknown trial 'threads:0' in 'bfloat16+threads:0'; use compile, reuse, threads:N or batch:N"),
-    (["float32", "bfloat16+fast"], "unknown trial 'fast'"),
-    (["bfloat16"], "methods must include float32 (the reference)"),
-    (["float32", "float32"], "methods lists a method twice"),
-])
+@pytest.mark.parametrize(
+    "methods,message",
+    [
+        (["float32", "fp16"], "methods: 'fp16' must start with one of float32, bfloat16, int8"),
+        (
+            ["float32", "bfloat16+threads:0"],
+            "unknown trial 'threads:0' in 'bfloat16+threads:0'; use compile, reuse, threads:N or batch:N",
+        ),
+        (["float32", "bfloat16+fast"], "unknown trial 'fast'"),
+        (["bfloat16"], "methods must include float32 (the reference)"),
+        (["float32", "float32"], "methods lists a method twice"),
+    ],
+)
 def test_bench_dtype_refuses_bad_methods(methods, message):
     from jetgym.scripts.bench_dtype import BenchDtypeConfig
 
@@ -104,8 +112,11 @@ def test_bench_dtype_reads_the_questions_a_run_recorded(tmp_path):
     from jetgym.scripts.bench_dtype import recorded_questions
 
     chat = [{"role": "system", "content": "Shoot."}, {"role": "user", "content": "Seen on screen: nothing."}]
-    rows = [{"episode": 0, "step": 0, "question": chat}, {"episode": 0, "step": 1, "question": "one message"},
-            {"episode": 1, "step": 0, "question": "again"}]
+    rows = [
+        {"episode": 0, "step": 0, "question": chat},
+        {"episode": 0, "step": 1, "question": "one message"},
+        {"episode": 1, "step": 0, "question": "again"},
+    ]
     steps = tmp_path / "steps.jsonl"
     steps.write_text("".join(json.dumps(row) + "\n" for row in rows))
     questions = recorded_questions(str(steps), limit=2)

@@ -36,17 +36,38 @@ def test_module_id_imports_the_package_and_runs_from_the_cli(tmp_path, fresh_imp
     with pytest.raises(ValueError, match=re.escape("unknown env.id 'ThirdPartyLine-v0'")):
         check_env_id("ThirdPartyLine-v0")  # not imported: not registered
     out = tmp_path / "run"
-    run_episodes(compose("episode", ["env=gym", "env.id=third_party_envs:ThirdPartyLine-v0", "agent=random",
-                                     "video=false", "episodes=2", "env.action_texts=[step left,step right]",
-                                     f"output_dir={out}"]), quiet=True)
+    run_episodes(
+        compose(
+            "episode",
+            [
+                "env=gym",
+                "env.id=third_party_envs:ThirdPartyLine-v0",
+                "agent=random",
+                "video=false",
+                "episodes=2",
+                "env.action_texts=[step left,step right]",
+                f"output_dir={out}",
+            ],
+        ),
+        quiet=True,
+    )
     rows = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
     assert rows and {r["text"] for r in rows} <= {"step left", "step right"}
     assert "third_party_envs" in sys.modules
 
 
 def test_env_imports_register_before_the_check(fresh_import):
-    config = to_config(compose("episode", ["env=gym", "env.id=ThirdPartyLine-v0", "env.imports=[third_party_envs]",
-                                           "env.action_texts=[step left,step right]"]))
+    config = to_config(
+        compose(
+            "episode",
+            [
+                "env=gym",
+                "env.id=ThirdPartyLine-v0",
+                "env.imports=[third_party_envs]",
+                "env.action_texts=[step left,step right]",
+            ],
+        )
+    )
     assert config.env.imports == ["third_party_envs"] and "ThirdPartyLine-v0" in gym.registry
 
 
@@ -65,10 +86,16 @@ def test_unknown_id_without_a_module_says_how_to_name_one():
     assert "env.imports=[<package>]" in str(error.value)
 
 
-@pytest.mark.parametrize("override,message", [
-    ("env.imports=[no_such_env_package]", "env.imports: cannot import 'no_such_env_package'"),
-    ("env.id=no_such_env_package:Thing-v0", "env.id 'no_such_env_package:Thing-v0': cannot import 'no_such_env_package'"),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("env.imports=[no_such_env_package]", "env.imports: cannot import 'no_such_env_package'"),
+        (
+            "env.id=no_such_env_package:Thing-v0",
+            "env.id 'no_such_env_package:Thing-v0': cannot import 'no_such_env_package'",
+        ),
+    ],
+)
 def test_missing_env_packages_are_named(override, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         to_config(compose("episode", ["env=taxi", override]))
@@ -91,8 +118,10 @@ def test_missing_minigrid_names_its_extra(monkeypatch):
 
 
 @pytest.mark.parametrize("job", ["episode", "train"])
-@pytest.mark.parametrize("override", ["env.kwargs={max_episode_steps: 7}", "env.kwargs.max_episode_steps=7",
-                                      "+env.kwargs.max_episode_steps=7"])
+@pytest.mark.parametrize(
+    "override",
+    ["env.kwargs={max_episode_steps: 7}", "env.kwargs.max_episode_steps=7", "+env.kwargs.max_episode_steps=7"],
+)
 def test_env_kwargs_take_any_key_in_every_form(override, job):
     import jetgym.scripts.train  # noqa: F401  (stores the train schema)
 
@@ -125,8 +154,13 @@ def test_count_mismatch_names_the_field_the_env_and_the_count():
     from jetgym.scripts.episode import make_env
 
     config = to_config(compose("episode", ["env=gym", "env.id=Taxi-v4", "env.action_texts=[left,right]"]))
-    with pytest.raises(ValueError, match=re.escape("2 candidate texts for 6 actions: Taxi-v4 has 6 actions, so "
-                                                   "env.action_texts (texts= in Python) needs exactly 6 texts")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "2 candidate texts for 6 actions: Taxi-v4 has 6 actions, so "
+            "env.action_texts (texts= in Python) needs exactly 6 texts"
+        ),
+    ):
         make_env(config)
 
 
@@ -144,8 +178,11 @@ def test_an_env_without_a_time_limit_is_cut_at_the_step_cap_with_a_warning():
 
     env = make_env(to_config(compose("episode", CLIFF)))  # CliffWalking ends only at its goal
     env.reset(seed=0)
-    with pytest.warns(UserWarning, match=rf"^CliffWalking-v1 registers no time limit and an episode ran {STEP_CAP} "
-                                         r"steps: it is cut there \(truncated\); set env.kwargs.max_episode_steps=N"):
+    with pytest.warns(
+        UserWarning,
+        match=rf"^CliffWalking-v1 registers no time limit and an episode ran {STEP_CAP} "
+        r"steps: it is cut there \(truncated\); set env.kwargs.max_episode_steps=N",
+    ):
         ends = [env.step(0)[3] for _ in range(STEP_CAP)]  # always up: never the goal
     assert ends == [False] * (STEP_CAP - 1) + [True]
     vector = make_env(to_config(compose("episode", CLIFF + ["env.num_envs=2"])))

@@ -24,9 +24,22 @@ def compose_episode(overrides=()):
 
 
 def test_groups():
-    assert options("env") == ["babyai_goto_obj", "babyai_goto_red_ball_grey", "babyai_pickup_loc", "basic", "deadly_corridor",
-                              "defend_the_center", "doom", "frozenlake", "gym", "health_gathering", "minigrid_doorkey_5x5",
-                              "minigrid_empty_5x5", "taxi", "textworld"]
+    assert options("env") == [
+        "babyai_goto_obj",
+        "babyai_goto_red_ball_grey",
+        "babyai_pickup_loc",
+        "basic",
+        "deadly_corridor",
+        "defend_the_center",
+        "doom",
+        "frozenlake",
+        "gym",
+        "health_gathering",
+        "minigrid_doorkey_5x5",
+        "minigrid_empty_5x5",
+        "taxi",
+        "textworld",
+    ]
     assert options("agent") == ["fixed", "random", "scorer", "scripted"]
 
 
@@ -42,7 +55,11 @@ def test_every_env_agent_pair_composes(env, agent):
 
 def test_defaults():
     config = to_config(compose_episode())
-    assert (config.env.id, config.agent.name, config.agent.perception) == ("jetgym/DoomDefendTheCenter-v0", "scorer", "describe")
+    assert (config.env.id, config.agent.name, config.agent.perception) == (
+        "jetgym/DoomDefendTheCenter-v0",
+        "scorer",
+        "describe",
+    )
     assert config.scorer.template is None and config.model.spec == "smollm2-135m-instruct"  # the scorer's own: chat
     assert config.env.kwargs == {"frame_skip": 4, "episode_timeout": None}
 
@@ -50,9 +67,15 @@ def test_defaults():
 @pytest.mark.parametrize(
     "override,message",
     [
-        ("env.id=jetgym/DoomDefendTheCentre-v0", "unknown env.id 'jetgym/DoomDefendTheCentre-v0': not a registered Gymnasium id. Did you mean 'jetgym/DoomDefendTheCenter-v0'"),
+        (
+            "env.id=jetgym/DoomDefendTheCentre-v0",
+            "unknown env.id 'jetgym/DoomDefendTheCentre-v0': not a registered Gymnasium id. Did you mean 'jetgym/DoomDefendTheCenter-v0'",
+        ),
         ("agent.name=smart", "unknown agent.name 'smart'; known: fixed, random, scorer, scripted"),
-        ("env.examples=[[seen]]", "env.examples[0] must be an [observation text, control text] pair of non-empty texts"),
+        (
+            "env.examples=[[seen]]",
+            "env.examples[0] must be an [observation text, control text] pair of non-empty texts",
+        ),
         ("agent.control=attack", "agent.control is the fixed agent's control: set it with agent=fixed"),
         ("agent.aim=strafe", "agent.aim is the scripted agent's steering: set it with agent=scripted"),
         ("agent.perception=vision", "unknown agent.perception 'vision'"),
@@ -67,7 +90,9 @@ def test_bad_values_fail_validation(override, message):
         to_config(compose_episode([override]))
 
 
-@pytest.mark.parametrize("override", ["env.frame_skp=2", "env.kwarg.frame_skip=2", "agent.memroy=3", "env=defend_the_centre", "agent=smart"])
+@pytest.mark.parametrize(
+    "override", ["env.frame_skp=2", "env.kwarg.frame_skip=2", "agent.memroy=3", "env=defend_the_centre", "agent=smart"]
+)
 def test_misspelt_keys_and_groups_fail_at_composition(override):
     with pytest.raises(ConfigCompositionException):
         compose_episode([override])

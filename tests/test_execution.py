@@ -89,8 +89,9 @@ def test_packed_visibility_isolates_candidates():
         [1, 1, 0, 0, 1],
     ]
     assert call.visible().int().tolist() == expected
-    assert call.visible(start=2).int().tolist() == [row[:2] + row[2:] for row in (
-        [1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 0, 0, 1])]  # the cached prefix is visible to every token
+    assert call.visible(start=2).int().tolist() == [
+        row[:2] + row[2:] for row in ([1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 0, 0, 1])
+    ]  # the cached prefix is visible to every token
 
 
 def test_tree_call_visibility_is_ancestors_or_self():
@@ -126,8 +127,12 @@ def test_rows_of_different_lengths_share_a_call(model):
 
 def mixed_questions(rng):
     """A frame of five (one whole-prefix member), an unrelated question, a frame of three, one more alone."""
-    return (frame_questions(rng, 20, [4, 0, 7, 2, 5]) + [random_question(rng)]
-            + frame_questions(rng, 12, [3, 6, 1], first_token=50) + [random_question(rng)])
+    return (
+        frame_questions(rng, 20, [4, 0, 7, 2, 5])
+        + [random_question(rng)]
+        + frame_questions(rng, 12, [3, 6, 1], first_token=50)
+        + [random_question(rng)]
+    )
 
 
 def test_shared_prefix_groups():
@@ -176,8 +181,10 @@ def test_shared_prefix_counts_tokens_once_and_runs_one_call():
     assert len(calls) == 1 and fed == [30 + tails + candidates]  # one row: common part, tails, candidates
     assert sum(r.work.prefix_tokens for r in shared) == 30 + tails
     assert [r.work.prefix_tokens - (len(q.prefix) - 30) for q, r in zip(questions, shared)] == [4] * 6 + [3] * 2
-    assert all(r.work.forward_calls == 1 and r.work.candidate_tokens == execution.fed_tokens(q)
-               for q, r in zip(questions, shared))
+    assert all(
+        r.work.forward_calls == 1 and r.work.candidate_tokens == execution.fed_tokens(q)
+        for q, r in zip(questions, shared)
+    )
     calls.clear()
     separate = execution.score_packed_many(model, questions, 4096)  # min_shared=0: every question its own row
     assert sum(r.work.prefix_tokens for r in separate) == sum(len(q.prefix) for q in questions) == 8 * 30 + tails
@@ -193,14 +200,18 @@ def test_jet_scorer_shares_a_frame_context():
     from tiny_models import ByteTokenizer
 
     loaded = LoadedModel("tiny-llama", tiny_llama(), ByteTokenizer(), None, "attention", 512)
-    context = "You see a robot arm at a table. Front camera: mostly gray 60%, white 20%. Instruction: put the bowl away.\n"
+    context = (
+        "You see a robot arm at a table. Front camera: mostly gray 60%, white 20%. Instruction: put the bowl away.\n"
+    )
     asks = ["Is the gripper closed?", "Which way does it move?", "Is the task done?", ""]
     questions = [Question(context=context + ask, candidates=[" no", " yes", " cannot tell"]) for ask in asks]
     questions.append(Question(context="Something else entirely", candidates=[" a", " b"]))
     reference = make_scorer("jet", model=loaded, template="none", schedule="independent").decide_many(questions)
     usage = {}
     for min_shared in (0, 32):
-        decisions = make_scorer("jet", model=loaded, template="none", min_shared_prefix=min_shared).decide_many(questions)
+        decisions = make_scorer("jet", model=loaded, template="none", min_shared_prefix=min_shared).decide_many(
+            questions
+        )
         for mine, ref in zip(decisions, reference):
             assert max_delta(mine.logprobs, ref.logprobs) < TOLERANCE and mine.choice == ref.choice
         usage[min_shared] = sum(d.usage.prefix_tokens for d in decisions)

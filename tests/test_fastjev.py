@@ -13,8 +13,15 @@ import pytest
 from jetgym.scorers import execution
 from jetgym.scorers.fastjev.options import FastJevOptions, parse_components
 from jetgym.scorers.fastjev.trie import CandidateTrie
-from tiny_models import (VOCAB, frame_questions, random_question, shared_question, tiny_llama, tiny_qwen3,
-                         tiny_qwen35_hybrid)
+from tiny_models import (
+    VOCAB,
+    frame_questions,
+    random_question,
+    shared_question,
+    tiny_llama,
+    tiny_qwen3,
+    tiny_qwen35_hybrid,
+)
 
 TOLERANCE = 1e-4
 ATTENTION = {"llama": tiny_llama, "qwen3": tiny_qwen3}
@@ -109,8 +116,9 @@ def test_tree_attention_equals_dense_mask(block):
     key, value = (torch.randn(1, 2, len(parents), 8, generator=generator) for _ in range(2))
     layout = build_layout(parents, first, "cpu", block=block)
     out, _ = tree_attention_forward(None, query, key, value, None, scaling=0.3, tree_layout=layout)
-    dense = F.scaled_dot_product_attention(query, key.repeat_interleave(2, 1), value.repeat_interleave(2, 1),
-                                           attn_mask=ancestor[first:], scale=0.3)
+    dense = F.scaled_dot_product_attention(
+        query, key.repeat_interleave(2, 1), value.repeat_interleave(2, 1), attn_mask=ancestor[first:], scale=0.3
+    )
     assert torch.allclose(out, dense.transpose(1, 2), atol=1e-5)
     computed = sum(b.queries.numel() * b.keys.shape[1] for b in layout.buckets)
     assert computed == padded_pairs(parents, first, block) < (len(parents) - first) * len(parents)
@@ -213,7 +221,11 @@ def test_trie_keys_include_parent_and_segments_end_at_forks():
     assert all(not s.internal and s.parent == -1 for s in segments)
     fork = CandidateTrie.build(0, [(1, 2, 3, 4), (1, 2, 5, 6), (1, 7)])
     # nodes 0:1 1:2 2:3 3:4 4:5 5:6 6:7; node 6 is an unfed leaf, so 0 -> 1 is one chain ending at the fork 1
-    assert [(s.nodes, s.parent, s.internal) for s in fork.segments()] == [((0, 1), -1, True), ((2,), 0, False), ((4,), 0, False)]
+    assert [(s.nodes, s.parent, s.internal) for s in fork.segments()] == [
+        ((0, 1), -1, True),
+        ((2,), 0, False),
+        ((4,), 0, False),
+    ]
 
 
 def test_s_reduces_peak_live_state_on_hybrid():
@@ -241,8 +253,18 @@ def test_tree_attention_unsupported_models_never_run_packed():
     assert unsupported_reason(LlamaConfig()) is None
     assert unsupported_reason(Qwen3Config()) is None  # sliding_window set but unused: every layer full
     assert unsupported_reason(Gemma2Config()) == "attention logit softcapping"
-    config = Qwen3Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, head_dim=8, use_sliding_window=True, sliding_window=4, max_window_layers=0)
+    config = Qwen3Config(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        use_sliding_window=True,
+        sliding_window=4,
+        max_window_layers=0,
+    )
     assert unsupported_reason(config) == "sliding-window attention"
     model = Qwen3ForCausalLM(config).eval()
     with pytest.raises(ValueError, match="tree attention.*sliding-window attention; use 'segmented' or 'auto'"):
@@ -250,7 +272,6 @@ def test_tree_attention_unsupported_models_never_run_packed():
     scorer = make_scorer("fastjev", model=TinyLoaded(model, "attention"), template="none")
     question = Question(context="ab", candidates=["cd", "ce", "cdf"], id="q")
     assert scorer.plan(scorer.encode(question)[1])[0] == "segmented"  # shared stem, but no packed plan here
-
 
 
 class TinyLoaded:
@@ -285,7 +306,8 @@ def mmlu_like(n=6, seed=0):
 
 
 SCORER_CASES = [("attention", c, s) for s in ("auto", "segmented", "packed") for c in (["T", "S"], [])] + [
-    ("hybrid", c, s) for s, c in (("auto", ["T", "S"]), ("segmented", ["T"]), ("segmented", ["S"]), ("packed", ["T", "S"]))
+    ("hybrid", c, s)
+    for s, c in (("auto", ["T", "S"]), ("segmented", ["T"]), ("segmented", ["S"]), ("packed", ["T", "S"]))
 ]
 
 

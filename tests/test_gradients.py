@@ -23,8 +23,10 @@ def grads(model, questions, schedule, **options):
     model.zero_grad()
     scored = candidate_logprobs(model, questions, schedule, hidden=True, **options)
     weights = torch.Generator().manual_seed(3)
-    loss = sum((s.logprobs * torch.randn(len(s.logprobs), generator=weights, dtype=s.logprobs.dtype)).sum()
-               + s.hidden.sum() for s in scored)
+    loss = sum(
+        (s.logprobs * torch.randn(len(s.logprobs), generator=weights, dtype=s.logprobs.dtype)).sum() + s.hidden.sum()
+        for s in scored
+    )
     loss.backward()
     return scored, {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
 

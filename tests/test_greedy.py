@@ -21,7 +21,7 @@ def greedy_chain(model, prefix, length):
     with torch.no_grad():
         for _ in range(length):
             ids.append(int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
-    return tuple(ids[len(prefix):])
+    return tuple(ids[len(prefix) :])
 
 
 def reference(model, question):
@@ -29,7 +29,7 @@ def reference(model, question):
     for cont in question.continuations:
         with torch.no_grad():
             logits = model(input_ids=torch.tensor([question.prefix + cont])).logits[0].double()
-        rows = logits[len(question.prefix) - 1: len(question.prefix) - 1 + len(cont)]
+        rows = logits[len(question.prefix) - 1 : len(question.prefix) - 1 + len(cont)]
         flags.append(bool((rows.argmax(-1) == torch.tensor(cont)).all()))
         sums.append(float(torch.log_softmax(rows, -1)[torch.arange(len(cont)), list(cont)].sum()))
     return flags, sums
@@ -48,8 +48,9 @@ def test_greedy_flags_match_the_argmax_of_a_plain_forward(max_batch_tokens, min_
         questions.append(EncodedQuestion(prefix, base.continuations + (chain, chain[:1], changed)))
     kept = KeptPrefix() if min_shared else None
     for _ in range(2):  # the second pass reads the kept prefix where it applies
-        for question, scored in zip(questions, score_packed_many(model, questions, max_batch_tokens, min_shared, kept,
-                                                                 greedy=True)):
+        for question, scored in zip(
+            questions, score_packed_many(model, questions, max_batch_tokens, min_shared, kept, greedy=True)
+        ):
             flags, sums = reference(model, question)
             assert scored.greedy == flags
             assert scored.greedy[-3:] == [True, True, False]

@@ -68,8 +68,11 @@ class CountingScorer:
 @pytest.mark.parametrize("agent", ["argmax", "sample", "random"])
 def test_taxi_masked_actions_are_never_candidates_nor_chosen(agent, fake_scorer):
     env = taxi()
-    player = make_agent("random") if agent == "random" else make_agent(
-        "scorer", scorer=make_scorer("fake"), env=env, policy=agent, temperature=3.0)
+    player = (
+        make_agent("random")
+        if agent == "random"
+        else make_agent("scorer", scorer=make_scorer("fake"), env=env, policy=agent, temperature=3.0)
+    )
     masked_seen = 0
     for seed in range(3):
         obs, info = env.reset(seed=seed)
@@ -166,20 +169,37 @@ def test_controls_may_be_plain_strings_or_objects_with_text_and_label():
     assert CandidateActions(Controlled([1, 2, 3, 4]), texts=list("abcd")).candidates.texts == tuple("abcd")
 
 
-@pytest.mark.parametrize("controls,message", [
-    ([1, 2, 3, 4], "Controlled.controls must be a list of control texts (strings, or objects with .text and .label), "
-                   "but holds 1 (int) in [1, 2, 3, 4]"),
-    (["wait", "go left", "jump"], "Controlled.controls lists 3 controls but the action space Discrete(4) has 4 "
-                                  "actions: give one control per action, in order"),
-    ("wasd", "Controlled.controls must be a list of 4 control texts (strings, or objects with .text and .label), "
-             "got 'wasd'"),
-    (4, "Controlled.controls must be a list of 4 control texts"),
-    (["wait", "go left", "go right", SimpleNamespace(label="j", text="jump")],
-     "Controlled.controls mixes strings and objects with .text and .label in ['wait', 'go left', 'go right', "
-     "namespace(label='j', text='jump')]: use one kind"),
-    (["wait", "", "go right", "jump"], "Controlled.controls gives control 1 an empty text in ['wait', '', 'go right', "
-                                       "'jump']: every action needs a text"),
-])
+@pytest.mark.parametrize(
+    "controls,message",
+    [
+        (
+            [1, 2, 3, 4],
+            "Controlled.controls must be a list of control texts (strings, or objects with .text and .label), "
+            "but holds 1 (int) in [1, 2, 3, 4]",
+        ),
+        (
+            ["wait", "go left", "jump"],
+            "Controlled.controls lists 3 controls but the action space Discrete(4) has 4 "
+            "actions: give one control per action, in order",
+        ),
+        (
+            "wasd",
+            "Controlled.controls must be a list of 4 control texts (strings, or objects with .text and .label), "
+            "got 'wasd'",
+        ),
+        (4, "Controlled.controls must be a list of 4 control texts"),
+        (
+            ["wait", "go left", "go right", SimpleNamespace(label="j", text="jump")],
+            "Controlled.controls mixes strings and objects with .text and .label in ['wait', 'go left', 'go right', "
+            "namespace(label='j', text='jump')]: use one kind",
+        ),
+        (
+            ["wait", "", "go right", "jump"],
+            "Controlled.controls gives control 1 an empty text in ['wait', '', 'go right', "
+            "'jump']: every action needs a text",
+        ),
+    ],
+)
 def test_bad_controls_are_one_line_errors(controls, message):
     with pytest.raises(ValueError, match=re.escape(message)) as error:
         CandidateActions(Controlled(controls))
@@ -191,13 +211,17 @@ def test_box_actions_point_to_discretize_action(fake_scorer):
         CandidateActions(gym.make("Pendulum-v1"))
     from gymnasium.wrappers import DiscretizeAction
 
-    env = CandidateActions(DiscretizeAction(gym.make("Pendulum-v1", max_episode_steps=3), bins=3),
-                           texts=["push left", "let go", "push right"])
+    env = CandidateActions(
+        DiscretizeAction(gym.make("Pendulum-v1", max_episode_steps=3), bins=3),
+        texts=["push left", "let go", "push right"],
+    )
     agent = make_agent("scorer", scorer=make_scorer("fake"), env=env, task="Swing the pendulum up.")
     rows = []
     (episode,) = rollout(env, agent, 1, seed=0, on_step=lambda row, frame: rows.append(row), progress=False)
     assert episode["length"] == 3
-    assert re.search(r"Observation: cos\(angle\) -?\d\.\d+, sin\(angle\) -?\d\.\d+, angular velocity -?\d", rows[0]["question"])
+    assert re.search(
+        r"Observation: cos\(angle\) -?\d\.\d+, sin\(angle\) -?\d\.\d+, angular velocity -?\d", rows[0]["question"]
+    )
 
 
 def test_vector_env_is_refused_by_the_wrapper():
@@ -211,30 +235,53 @@ def test_vector_env_is_refused_by_the_wrapper():
 BOX = spaces.Box(-1, 1, (3,), np.float32)
 
 
-@pytest.mark.parametrize("space,value,text", [
-    (spaces.Discrete(5), 3, "Observation: 3."),
-    (spaces.Discrete(5, start=-2), np.int64(-1), "Observation: -1."),
-    (BOX, np.array([0.5, -0.47, 0.1234567], np.float32), "Observation: [0.5, -0.47, 0.1235]."),
-    (spaces.Box(-5, 5, (), np.float64), np.float64(-0.47), "Observation: -0.47."),
-    (spaces.Box(0, 10, (2, 2), np.int64), np.array([[1, 2], [3, 4]]), "Observation: [[1, 2],\n [3, 4]]."),
-    (spaces.MultiDiscrete([3, 4]), np.array([1, 2]), "Observation: [1, 2]."),
-    (spaces.MultiBinary(3), np.array([1, 0, 1], np.int8), "Observation: [1, 0, 1]."),
-    (spaces.Text(20), "a door to the north", "Observation: a door to the north."),
-    (spaces.Tuple((spaces.Discrete(3), BOX)), (2, np.array([0.25, -0.47, 1e-5], np.float32)),
-     "Observation: (2, [0.25, -0.47, 1e-05])."),
-    (spaces.Dict({"speed": spaces.Box(-9, 9, (), np.float32), "gear": spaces.Discrete(4),
-                  "lights": spaces.Dict({"left": spaces.MultiBinary(1)})}),
-     {"speed": np.float32(-0.47), "gear": 2, "lights": {"left": np.array([1])}},
-     "Observation: gear 2, lights (left [1]), speed -0.47."),
-])
+@pytest.mark.parametrize(
+    "space,value,text",
+    [
+        (spaces.Discrete(5), 3, "Observation: 3."),
+        (spaces.Discrete(5, start=-2), np.int64(-1), "Observation: -1."),
+        (BOX, np.array([0.5, -0.47, 0.1234567], np.float32), "Observation: [0.5, -0.47, 0.1235]."),
+        (spaces.Box(-5, 5, (), np.float64), np.float64(-0.47), "Observation: -0.47."),
+        (spaces.Box(0, 10, (2, 2), np.int64), np.array([[1, 2], [3, 4]]), "Observation: [[1, 2],\n [3, 4]]."),
+        (spaces.MultiDiscrete([3, 4]), np.array([1, 2]), "Observation: [1, 2]."),
+        (spaces.MultiBinary(3), np.array([1, 0, 1], np.int8), "Observation: [1, 0, 1]."),
+        (spaces.Text(20), "a door to the north", "Observation: a door to the north."),
+        (
+            spaces.Tuple((spaces.Discrete(3), BOX)),
+            (2, np.array([0.25, -0.47, 1e-5], np.float32)),
+            "Observation: (2, [0.25, -0.47, 1e-05]).",
+        ),
+        (
+            spaces.Dict(
+                {
+                    "speed": spaces.Box(-9, 9, (), np.float32),
+                    "gear": spaces.Discrete(4),
+                    "lights": spaces.Dict({"left": spaces.MultiBinary(1)}),
+                }
+            ),
+            {"speed": np.float32(-0.47), "gear": 2, "lights": {"left": np.array([1])}},
+            "Observation: gear 2, lights (left [1]), speed -0.47.",
+        ),
+    ],
+)
 def test_each_space_has_a_generic_describer(space, value, text):
     assert make_describer("auto", space)(value) == text
 
 
 def test_numbers_keep_sensible_precision():
-    assert [number_text(v) for v in (np.float32(-0.47), 3, np.int32(7), 2.0, 1234.5678, 1.5e6, -1e-7, True)] == \
-        ["-0.47", "3", "7", "2", "1235", "1500000", "-1e-07", "1"]
-    assert status_text({"position": np.float32(-0.47), "health": np.int32(100)}) == "Status: position -0.47, health 100."
+    assert [number_text(v) for v in (np.float32(-0.47), 3, np.int32(7), 2.0, 1234.5678, 1.5e6, -1e-7, True)] == [
+        "-0.47",
+        "3",
+        "7",
+        "2",
+        "1235",
+        "1500000",
+        "-1e-07",
+        "1",
+    ]
+    assert (
+        status_text({"position": np.float32(-0.47), "health": np.int32(100)}) == "Status: position -0.47, health 100."
+    )
 
 
 def test_named_components_and_images(fake_scorer):
@@ -247,7 +294,10 @@ def test_named_components_and_images(fake_scorer):
         observation_space = spaces.Box(-1, 1, (2,), np.float32)
         observation_names = ("left sensor", "right sensor")
 
-    assert make_describer(env=Named())(np.array([0.1, -0.47], np.float32)) == "Observation: left sensor 0.1, right sensor -0.47."
+    assert (
+        make_describer(env=Named())(np.array([0.1, -0.47], np.float32))
+        == "Observation: left sensor 0.1, right sensor -0.47."
+    )
     screen = np.zeros((100, 160, 3), np.uint8)
     screen[40:54, 3:7] = (220, 30, 30)
     image = spaces.Box(0, 255, (100, 160, 3), np.uint8)
@@ -273,7 +323,9 @@ def test_env_own_describer_and_callables_win(fake_scorer):
         def describe(self, observation):
             return "wrapped view"
 
-    agent = make_agent("scorer", scorer=make_scorer("fake"), env=CandidateActions(Describing(Masked()), texts=list("abcd")))
+    agent = make_agent(
+        "scorer", scorer=make_scorer("fake"), env=CandidateActions(Describing(Masked()), texts=list("abcd"))
+    )
     assert agent.question(0, info["candidates"]).context.startswith("wrapped view\n")
     agent = make_agent("scorer", scorer=make_scorer("fake"), env=env, describer=lambda o: f"custom {o}")
     assert agent.question(5, info["candidates"]).context.startswith("custom 5\n")
@@ -287,14 +339,18 @@ def test_toy_text_describers_read_the_observation_only():
     state = taxi_env.unwrapped.encode(2, 1, 4, 3)  # taxi (2, 1), passenger in the taxi, destination B
     assert make_describer(env=taxi_env)(state) == (
         "The taxi is at row 2, column 1 of the 5x5 grid (row 0 is north, column 0 is west).\n"
-        "The passenger is in the taxi.\nThe destination is B (row 4, column 3): 2 rows south and 2 columns east of the taxi.")
+        "The passenger is in the taxi.\nThe destination is B (row 4, column 3): 2 rows south and 2 columns east of the taxi."
+    )
 
 
 def test_describer_errors_name_the_space_and_the_fix():
     with pytest.raises(ValueError, match=r"no describer fits the observation space Graph.*pass describer=<callable"):
         make_describer("auto", spaces.Graph(spaces.Box(0, 1, (2,)), None))
-    with pytest.raises(ValueError, match=r"no describer fits the observation space Box\(0.0, 1.0, \(1000,\), float32\) "
-                                         r"\(1000 numbers are too many to read out\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"no describer fits the observation space Box\(0.0, 1.0, \(1000,\), float32\) "
+        r"\(1000 numbers are too many to read out\)",
+    ):
         make_describer("auto", spaces.Box(0, 1, (1000,)))
     with pytest.raises(ValueError, match="describer 'box' does not fit the observation space Discrete"):
         make_describer("box", spaces.Discrete(3))
@@ -406,8 +462,16 @@ def test_cli_ready_configs_and_vector_runs(tmp_path, fake_scorer):
     assert episodes[0]["video"] == "episode_000.gif" and (lake / "episode_000.gif").exists()
     taxi_rows = _run(tmp_path, "taxi", "env=taxi", "agent=random", "episodes=1", "video=false") / "steps.jsonl"
     assert all(set(json.loads(line)["action"]) for line in taxi_rows.read_text().splitlines())
-    vector = _run(tmp_path, "vec", "env=frozenlake", "scorer.name=fake", "episodes=2", "seed=4", "env.num_envs=2",
-                  "env.vectorization=sync")
+    vector = _run(
+        tmp_path,
+        "vec",
+        "env=frozenlake",
+        "scorer.name=fake",
+        "episodes=2",
+        "seed=4",
+        "env.num_envs=2",
+        "env.vectorization=sync",
+    )
     vrows = [json.loads(line) for line in (vector / "steps.jsonl").read_text().splitlines()]
     for row in vrows:
         row.pop("env")
@@ -417,18 +481,29 @@ def test_cli_ready_configs_and_vector_runs(tmp_path, fake_scorer):
 
 
 def test_cli_any_id(tmp_path):
-    out = _run(tmp_path, "cliff", "env=gym", "env.id=CliffWalking-v1", "agent=random", "video=false",
-               "env.action_texts=[move up,move right,move down,move left]", "+env.kwargs.max_episode_steps=20")
+    out = _run(
+        tmp_path,
+        "cliff",
+        "env=gym",
+        "env.id=CliffWalking-v1",
+        "agent=random",
+        "video=false",
+        "env.action_texts=[move up,move right,move down,move left]",
+        "+env.kwargs.max_episode_steps=20",
+    )
     rows = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
     assert len(rows) <= 20 and {r["text"] for r in rows} <= {"move up", "move right", "move down", "move left"}
 
 
-@pytest.mark.parametrize("override,message", [
-    ("env.num_envs=0", "env.num_envs must be >= 1"),
-    ("env.vectorization=threads", "unknown env.vectorization 'threads'; known: sync, async"),
-    ("agent.describer=boxx", "unknown agent.describer 'boxx'"),
-    ("env.id=Taxi-v9", "unknown env.id 'Taxi-v9'"),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("env.num_envs=0", "env.num_envs must be >= 1"),
+        ("env.vectorization=threads", "unknown env.vectorization 'threads'; known: sync, async"),
+        ("agent.describer=boxx", "unknown agent.describer 'boxx'"),
+        ("env.id=Taxi-v9", "unknown env.id 'Taxi-v9'"),
+    ],
+)
 def test_cli_bad_values(override, message):
     from jetgym.scripts.config import compose, to_config
 
@@ -456,12 +531,22 @@ def test_stop_loops_counts_a_proven_loop_exactly_as_playing_it_out():
     env = CandidateActions(gym.make("Taxi-v4"), texts=texts)
     played = rollout(env, NorthFirst(), 6, 30, progress=False)
     stopped = rollout(env, NorthFirst(), 6, 30, progress=False, stop_loops=True)
-    assert [(e["return"], e["length"], e["truncated"]) for e in stopped] == \
-        [(e["return"], e["length"], e["truncated"]) for e in played]
+    assert [(e["return"], e["length"], e["truncated"]) for e in stopped] == [
+        (e["return"], e["length"], e["truncated"]) for e in played
+    ]
     assert all(e["end"] == "loop" and 0 < e["loop_steps"] < 200 for e in stopped)
     with pytest.raises(ValueError, match="stop_loops plays one env at a time"):
         rollout(make_vector_env("Taxi-v4", 2, texts=texts), NorthFirst(), 2, 0, progress=False, stop_loops=True)
-    with pytest.raises(ValueError, match=r"stop_loops needs an env with a time limit \(gymnasium.make\(..., "
-                                         r"max_episode_steps=N\)\)"):
-        rollout(CandidateActions(gym.make("Taxi-v4", max_episode_steps=None).unwrapped, texts=texts), NorthFirst(),
-                1, 0, progress=False, stop_loops=True)
+    with pytest.raises(
+        ValueError,
+        match=r"stop_loops needs an env with a time limit \(gymnasium.make\(..., "
+        r"max_episode_steps=N\)\)",
+    ):
+        rollout(
+            CandidateActions(gym.make("Taxi-v4", max_episode_steps=None).unwrapped, texts=texts),
+            NorthFirst(),
+            1,
+            0,
+            progress=False,
+            stop_loops=True,
+        )

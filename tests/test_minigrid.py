@@ -10,13 +10,20 @@ import pytest
 
 from jetgym.agents.describers_minigrid import COLOURS, DOOR_STATES, OBJECTS, cell_place, describe_view
 
-EMPTY, WALL, DOOR, KEY, BALL, BOX, GOAL, LAVA = (OBJECTS.index(n) for n in ("empty", "wall", "door", "key", "ball", "box", "goal", "lava"))
+EMPTY, WALL, DOOR, KEY, BALL, BOX, GOAL, LAVA = (
+    OBJECTS.index(n) for n in ("empty", "wall", "door", "key", "ball", "box", "goal", "lava")
+)
 RED, GREEN, BLUE, YELLOW = (COLOURS.index(n) for n in ("red", "green", "blue", "yellow"))
 OPEN, CLOSED, LOCKED = range(3)
 
 
-def view(cells: dict[tuple[int, int], tuple[int, int, int]], size: int = 7, direction: int = 0,
-         mission: str = "go to the red ball", carrying=None) -> dict:
+def view(
+    cells: dict[tuple[int, int], tuple[int, int, int]],
+    size: int = 7,
+    direction: int = 0,
+    mission: str = "go to the red ball",
+    carrying=None,
+) -> dict:
     """An observation whose cell `ahead, across` (from the agent; across > 0 is right) holds `cells[...]`."""
     image = np.zeros((size, size, 3), np.uint8)
     image[:, :, 0] = EMPTY
@@ -51,30 +58,44 @@ def test_left_right_and_distance_come_from_the_cell_position():
 
 
 def test_walls_doors_and_the_cell_in_front():
-    obs = view({(1, 0): (WALL, 5, 0), (0, 1): (DOOR, YELLOW, CLOSED), (0, -3): (WALL, 5, 0), (0, -2): (DOOR, BLUE, LOCKED),
-                (3, 2): (DOOR, GREEN, OPEN), (5, 0): (WALL, 5, 0)})
-    assert seen(describe_view(obs)) == ("You see: a wall right in front; a closed yellow door on the right; a locked blue "
-                                        "door 2 steps to the left; a wall 3 steps to the left; an open green door 3 steps "
-                                        "ahead and 2 to the right.")  # only the nearest wall ahead is said
+    obs = view(
+        {
+            (1, 0): (WALL, 5, 0),
+            (0, 1): (DOOR, YELLOW, CLOSED),
+            (0, -3): (WALL, 5, 0),
+            (0, -2): (DOOR, BLUE, LOCKED),
+            (3, 2): (DOOR, GREEN, OPEN),
+            (5, 0): (WALL, 5, 0),
+        }
+    )
+    assert seen(describe_view(obs)) == (
+        "You see: a wall right in front; a closed yellow door on the right; a locked blue "
+        "door 2 steps to the left; a wall 3 steps to the left; an open green door 3 steps "
+        "ahead and 2 to the right."
+    )  # only the nearest wall ahead is said
 
 
 def test_only_the_nearest_wall_on_each_line_and_none_off_the_lines():
-    obs = view({(2, 0): (WALL, 5, 0), (4, 0): (WALL, 5, 0), (0, 2): (WALL, 5, 0), (0, 3): (WALL, 5, 0),
-                (3, 3): (WALL, 5, 0)})
+    obs = view(
+        {(2, 0): (WALL, 5, 0), (4, 0): (WALL, 5, 0), (0, 2): (WALL, 5, 0), (0, 3): (WALL, 5, 0), (3, 3): (WALL, 5, 0)}
+    )
     assert seen(describe_view(obs)) == "You see: a wall 2 steps ahead; a wall 2 steps to the right."
 
 
 def test_mission_heading_carried_object_and_empty_view():
     obs = view({}, direction=3, mission="pick up the blue key", carrying=(KEY, BLUE, 0))
-    assert describe_view(obs) == ("Mission: pick up the blue key.\nYou face north. You carry a blue key.\n"
-                                  "You see nothing but empty floor.")
+    assert describe_view(obs) == (
+        "Mission: pick up the blue key.\nYou face north. You carry a blue key.\nYou see nothing but empty floor."
+    )
     assert "You carry nothing." in describe_view(view({}))
 
 
 def test_goal_lava_and_nearest_first_with_a_cap():
     obs = view({(2, 2): (GOAL, GREEN, 0), (1, -1): (LAVA, RED, 0), (4, 3): (BOX, BLUE, 0)})
-    assert seen(describe_view(obs)) == ("You see: lava 1 step ahead and 1 to the left; the green goal square 2 steps "
-                                        "ahead and 2 to the right; a blue box 4 steps ahead and 3 to the right.")
+    assert seen(describe_view(obs)) == (
+        "You see: lava 1 step ahead and 1 to the left; the green goal square 2 steps "
+        "ahead and 2 to the right; a blue box 4 steps ahead and 3 to the right."
+    )
     assert seen(describe_view(obs, max_items=1)) == "You see: lava 1 step ahead and 1 to the left."
 
 
@@ -86,7 +107,10 @@ def test_unseen_cells_say_nothing():
 
 
 def test_bad_view_shape_is_refused():
-    with pytest.raises(ValueError, match=re.escape("describer 'minigrid' needs observation['image'] of shape (k, k, 3) with k odd, got (6, 6, 3)")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape("describer 'minigrid' needs observation['image'] of shape (k, k, 3) with k odd, got (6, 6, 3)"),
+    ):
         describe_view({"image": np.zeros((6, 6, 3), np.uint8), "direction": 0, "mission": "x"})
 
 
@@ -134,8 +158,10 @@ def test_auto_describer_and_texts_for_real_envs(fake_scorer):
     assert explicit.reset(seed=0)[1]["candidates"].texts == tuple("abcdefg")
 
 
-@pytest.mark.parametrize("name", ["babyai_goto_red_ball_grey", "babyai_goto_obj", "babyai_pickup_loc",
-                                  "minigrid_empty_5x5", "minigrid_doorkey_5x5"])
+@pytest.mark.parametrize(
+    "name",
+    ["babyai_goto_red_ball_grey", "babyai_goto_obj", "babyai_pickup_loc", "minigrid_empty_5x5", "minigrid_doorkey_5x5"],
+)
 def test_ready_configs_play(tmp_path, name):
     pytest.importorskip("minigrid")
     import json
@@ -144,10 +170,23 @@ def test_ready_configs_play(tmp_path, name):
     from jetgym.scripts.episode import run_episodes
 
     out = tmp_path / name
-    run_episodes(compose("episode", [f"env={name}", "agent=random", "video=false", "episodes=2", "env.num_envs=2",
-                                     f"output_dir={out}"]), quiet=True)
+    run_episodes(
+        compose(
+            "episode",
+            [f"env={name}", "agent=random", "video=false", "episodes=2", "env.num_envs=2", f"output_dir={out}"],
+        ),
+        quiet=True,
+    )
     rows = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
-    assert rows and {r["text"] for r in rows} <= {"turn left", "turn right", "move forward", "pick up", "drop", "open", "done"}
+    assert rows and {r["text"] for r in rows} <= {
+        "turn left",
+        "turn right",
+        "move forward",
+        "pick up",
+        "drop",
+        "open",
+        "done",
+    }
 
 
 def test_scripted_agent_plays_the_babyai_bot_in_every_sub_env():
@@ -170,5 +209,7 @@ def test_scripted_agent_plays_the_babyai_bot_in_every_sub_env():
 
     alone = played()
     assert all(reward > 0 for _, _, reward in alone) and alone == played("env.num_envs=4")
-    with pytest.raises(ValueError, match="the scripted agent plays each sub-env's own state: use env.vectorization=sync"):
+    with pytest.raises(
+        ValueError, match="the scripted agent plays each sub-env's own state: use env.vectorization=sync"
+    ):
         sub_envs(SimpleNamespace(num_envs=2))  # an async vector env: no sub-envs in this process

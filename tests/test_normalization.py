@@ -116,12 +116,15 @@ def test_prior_of_a_fixed_candidate_set_is_computed_once(loaded, backend):
 
 
 @pytest.mark.parametrize("normalization", ["token", "byte", "contextual", "pmi"])
-@pytest.mark.parametrize("backend, schedule", [("jet", "packed"), ("jet", "batched"), ("jet", "sequential"),
-                                               ("fastjev", "auto"), ("fastjev", "segmented")])
+@pytest.mark.parametrize(
+    "backend, schedule",
+    [("jet", "packed"), ("jet", "batched"), ("jet", "sequential"), ("fastjev", "auto"), ("fastjev", "segmented")],
+)
 def test_decide_and_decide_many_agree_with_the_reference_path(loaded, normalization, backend, schedule):
     reference = jet(loaded, normalization=normalization, schedule="independent").decide_many(QUESTIONS)
-    many = make_scorer(backend, model=loaded, template="none", normalization=normalization,
-                       schedule=schedule).decide_many(QUESTIONS)
+    many = make_scorer(
+        backend, model=loaded, template="none", normalization=normalization, schedule=schedule
+    ).decide_many(QUESTIONS)
     one_scorer = make_scorer(backend, model=loaded, template="none", normalization=normalization, schedule=schedule)
     singles = [one_scorer.decide(q) for q in QUESTIONS]
     for ref, a, b in zip(reference, many, singles):

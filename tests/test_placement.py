@@ -15,9 +15,19 @@ def tiny_moe():
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
     torch.manual_seed(0)
-    config = Qwen3MoeConfig(vocab_size=101, hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
-                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                            num_experts=4, num_experts_per_tok=2, max_position_embeddings=128)
+    config = Qwen3MoeConfig(
+        vocab_size=101,
+        hidden_size=32,
+        intermediate_size=64,
+        moe_intermediate_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        num_experts=4,
+        num_experts_per_tok=2,
+        max_position_embeddings=128,
+    )
     return Qwen3MoeForCausalLM(config).eval()
 
 
@@ -59,7 +69,8 @@ def test_auto_placement_loads_where_it_can(tmp_path):
     expected = "cuda" if torch.cuda.is_available() else "cpu"
     assert loaded.device.type == expected
     d = make_scorer("jet", model=loaded, template="none").decide(
-        Question(context="The capital of France is", candidates=[" Paris", " Banana"]))
+        Question(context="The capital of France is", candidates=[" Paris", " Banana"])
+    )
     assert d.text == " Paris"
 
 

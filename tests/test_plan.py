@@ -60,8 +60,9 @@ def test_transitions_come_back_from_their_rows():
     transitions.add([at("S", 1), at("M", 0)], [0, 1], terminated=True)
     again = Transitions(transitions.rows())
     assert again.rows() == transitions.rows()
-    assert [(label.decision, label.value) for label in again.labels(0.9)] == \
-        [(label.decision, label.value) for label in transitions.labels(0.9)]
+    assert [(label.decision, label.value) for label in again.labels(0.9)] == [
+        (label.decision, label.value) for label in transitions.labels(0.9)
+    ]
 
 
 def test_random_play_on_taxi_plans_the_optimal_actions():
@@ -71,8 +72,12 @@ def test_random_play_on_taxi_plans_the_optimal_actions():
     table = env.unwrapped.P
     value = np.zeros(500)
     for _ in range(400):
-        q = np.array([[sum(p * (r + gamma * value[n] * (not done)) for p, n, r, done in table[s][a]) for a in range(6)]
-                      for s in range(500)])
+        q = np.array(
+            [
+                [sum(p * (r + gamma * value[n] * (not done)) for p, n, r, done in table[s][a]) for a in range(6)]
+                for s in range(500)
+            ]
+        )
         value = q.max(axis=1)
     rng, transitions, steps, seed = np.random.default_rng(0), Transitions(), 0, 0
     while steps < 12_000:
@@ -88,8 +93,10 @@ def test_random_play_on_taxi_plans_the_optimal_actions():
         transitions.add(decisions, rewards, terminated)
         steps += len(rewards)
     labels = transitions.labels(gamma)
-    picked = [(int(label.decision.context.split()[1]), int(label.decision.candidates[label.decision.gold][1:]))
-              for label in labels]
+    picked = [
+        (int(label.decision.context.split()[1]), int(label.decision.candidates[label.decision.gold][1:]))
+        for label in labels
+    ]
     optimal = [q[s, a] >= q[s].max() - 1e-6 for s, a in picked]
     assert len(labels) > 200 and sum(optimal) >= 0.98 * len(labels), (len(labels), sum(optimal))
 
@@ -138,6 +145,7 @@ def play_tabular(env, transitions, rounds_steps: int, explore: bool, seed: int =
 def test_the_explorer_finds_a_goal_that_uniform_play_misses():
     """FrozenLake 8x8 without slides: no reward but at the goal, 200-step episodes. 8,000 steps of uniform play
     never reach it; the explorer's (no model either way) do, and then every state on the way gets a label."""
+
     def env():
         return gym.make("FrozenLake-v1", map_name="8x8", is_slippery=False, max_episode_steps=200)
 

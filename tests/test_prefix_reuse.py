@@ -33,10 +33,17 @@ def control_loop(rng):
     prefix diverging inside the kept one, one shorter than the kept one, one too short to read or keep."""
     fixed, other = tokens(rng, 60), tokens(rng, 50)
     inside = (other[45] + 1) % VOCAB
-    return [(fixed + (1,) + tokens(rng, 7), 0), (fixed + (2,) + tokens(rng, 9), 60),
-            (fixed + (3,) + tokens(rng, 4), 60),
-            (other + (9,) + tokens(rng, 5), 0), (other + (5, 6), 50), (other[:45] + (inside,) + tokens(rng, 3), 45),
-            (other[:40], 39), (other[:20], 0), (other[:20] + (1, 2), 0)]
+    return [
+        (fixed + (1,) + tokens(rng, 7), 0),
+        (fixed + (2,) + tokens(rng, 9), 60),
+        (fixed + (3,) + tokens(rng, 4), 60),
+        (other + (9,) + tokens(rng, 5), 0),
+        (other + (5, 6), 50),
+        (other[:45] + (inside,) + tokens(rng, 3), 45),
+        (other[:40], 39),
+        (other[:20], 0),
+        (other[:20] + (1, 2), 0),
+    ]
 
 
 @pytest.mark.parametrize("max_batch_tokens", [12, 4096])
@@ -67,9 +74,12 @@ def test_reuse_with_several_questions_per_call(model):
     execution.score_packed_many(model, frame[:1], 4096, 16, kept)
     assert len(kept) == len(frame[0].prefix)
     states = list(kept.layers)
-    followers = [EncodedQuestion(frame[0].prefix[:40] + tokens(rng, 12), random_question(rng).continuations),
-                 *frame[1:], EncodedQuestion(tokens(rng, 30), random_question(rng).continuations),
-                 EncodedQuestion(tokens(rng, 20), ((4, 5), (6,)))]
+    followers = [
+        EncodedQuestion(frame[0].prefix[:40] + tokens(rng, 12), random_question(rng).continuations),
+        *frame[1:],
+        EncodedQuestion(tokens(rng, 30), random_question(rng).continuations),
+        EncodedQuestion(tokens(rng, 20), ((4, 5), (6,))),
+    ]
     calls = []
     hook = model.register_forward_hook(lambda *args: calls.append(1))
     for max_batch_tokens in (60, 4096):  # 60: the readers need several rows and calls
@@ -109,8 +119,9 @@ def test_second_call_runs_fewer_tokens():
     """Counted at the model: the second call feeds only the tail and the candidates."""
     model = tiny_llama()
     fed = []
-    model.register_forward_hook(lambda module, args, kwargs, out: fed.append(kwargs["input_ids"].numel()),
-                                with_kwargs=True)
+    model.register_forward_hook(
+        lambda module, args, kwargs, out: fed.append(kwargs["input_ids"].numel()), with_kwargs=True
+    )
     rng = random.Random(5)
     fixed = tokens(rng, 100)
     questions = [EncodedQuestion(fixed + (k,) + tokens(rng, 9), ((1, 2, 3), (4, 5), (6,))) for k in range(3)]
@@ -147,8 +158,14 @@ def test_stale_or_unsupported_kept_prefixes_are_never_read():
 def test_reusable_picks_the_length_that_saves_most():
     kept = KeptPrefix()
     kept.tokens = tuple(range(100))
-    prefixes = [tuple(range(80)) + (1,), tuple(range(40)) + (7,), tuple(range(40)) + (8,), None, tuple(range(30)),
-                tuple(range(41))]
+    prefixes = [
+        tuple(range(80)) + (1,),
+        tuple(range(40)) + (7,),
+        tuple(range(40)) + (8,),
+        None,
+        tuple(range(30)),
+        tuple(range(41)),
+    ]
     # 80 x 1 < 40 x 4 (the second, third and sixth read 40; the sixth could read its first 40 too)
     assert kept.reusable(prefixes, 32) == (40, [0, 1, 2, 5])
     assert kept.reusable(prefixes[:1] + prefixes[3:5], 32) == (80, [0])
@@ -160,6 +177,7 @@ def test_reusable_picks_the_length_that_saves_most():
 
 # ---------------------------------------------------------------- through the scorer
 
+
 def loaded_tiny():
     from jetgym.scorers.models import LoadedModel
     from tiny_models import ByteTokenizer
@@ -167,8 +185,10 @@ def loaded_tiny():
     return LoadedModel("tiny-llama", tiny_llama(), ByteTokenizer(), None, "attention", 512)
 
 
-FIXED = ("You control a marine in a corridor. Examples: a demon ahead -> attack; a wall ahead -> turn left; "
-         "an open door -> move forward.\n")
+FIXED = (
+    "You control a marine in a corridor. Examples: a demon ahead -> attack; a wall ahead -> turn left; "
+    "an open door -> move forward.\n"
+)
 STEPS = ["Now: a demon ahead, health 80.", "Now: a wall ahead.", "Now: an open door, ammo 3.", "Now: nothing."]
 CONTROLS = [" attack", " turn left", " turn right", " move forward", " move backward", " use", " no-op"]
 

@@ -20,7 +20,9 @@ LIMIT = 40  # three chunks of 16, 16, 8
 
 def qa_config(output_dir, *overrides):
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        return compose("qa", overrides=[f"output_dir={output_dir}", "scorer.name=fake", f"dataset.limit={LIMIT}", *overrides])
+        return compose(
+            "qa", overrides=[f"output_dir={output_dir}", "scorer.name=fake", f"dataset.limit={LIMIT}", *overrides]
+        )
 
 
 def lines(folder) -> list[str]:
@@ -50,8 +52,17 @@ def test_run_writes_responses_summary_and_report(tmp_path, fake_scorer, capsys):
     assert summary["mean_gold_nll"] == pytest.approx(sum(r["gold_nll"] for r in rows) / LIMIT)
     assert summary["resumed"] is False and summary["wall_seconds"] >= 0
     assert summary["model"] == "smollm2-135m-instruct"
-    assert summary["scorer"]["template"] == "none" and summary["scorer"]["placement"] == {"device": "cpu", "dtype": "float32"}
-    assert summary["dataset"] == {"name": "mmlu", "subset": "per_subject_5", "limit": LIMIT, "path": None, "questions": LIMIT}
+    assert summary["scorer"]["template"] == "none" and summary["scorer"]["placement"] == {
+        "device": "cpu",
+        "dtype": "float32",
+    }
+    assert summary["dataset"] == {
+        "name": "mmlu",
+        "subset": "per_subject_5",
+        "limit": LIMIT,
+        "path": None,
+        "questions": LIMIT,
+    }
     assert "# QA: mmlu (per_subject_5)" in (tmp_path / "report.md").read_text()
     assert (tmp_path / "run.json").exists()
     printed = capsys.readouterr().out
@@ -160,7 +171,9 @@ def test_pipelined_preparation_writes_byte_identical_responses(tmp_path):
     folders = {}
     for pipeline in (True, False):
         folders[pipeline] = tmp_path / f"pipeline-{pipeline}"
-        qa.run_qa(qa_config(folders[pipeline], "scorer.name=jet", "dataset.limit=10", "chunk_size=3", f"pipeline={pipeline}"))
+        qa.run_qa(
+            qa_config(folders[pipeline], "scorer.name=jet", "dataset.limit=10", "chunk_size=3", f"pipeline={pipeline}")
+        )
     assert (folders[True] / "responses.jsonl").read_bytes() == (folders[False] / "responses.jsonl").read_bytes()
     assert len(lines(folders[True])) == 10
 
@@ -179,8 +192,10 @@ from jetgym.runs.folder import LOCK, FolderInUseError, folder_lock  # noqa: E402
 
 def strict_loads(text: str):
     """json.loads that refuses NaN/Infinity (what a strict JSON reader does)."""
+
     def refuse(constant):
         raise ValueError(f"non-standard JSON constant {constant}")
+
     return json.loads(text, parse_constant=refuse)
 
 
@@ -197,14 +212,23 @@ class CompositionScorer:
     def prepare(self, questions):
         for q in questions:
             if "OVERSIZED" in str(q.context):
-                raise ValueError("context of 5000 tokens plus the longest candidate (3 tokens) exceeds the model window")
+                raise ValueError(
+                    "context of 5000 tokens plus the longest candidate (3 tokens) exceeds the model window"
+                )
         return list(questions)
 
     def score(self, questions):
         noise = (zlib.crc32("|".join(q.id for q in questions).encode()) % 97) * 1e-6
         CompositionScorer.calls += len(questions)
-        return [make_decision(q, q.candidates, [-(zlib.crc32(f"{q.context}|{c}".encode()) % 1000) / 100 + noise
-                                               for c in q.candidates], Usage(forward_calls=1)) for q in questions]
+        return [
+            make_decision(
+                q,
+                q.candidates,
+                [-(zlib.crc32(f"{q.context}|{c}".encode()) % 1000) / 100 + noise for c in q.candidates],
+                Usage(forward_calls=1),
+            )
+            for q in questions
+        ]
 
     def decide_many(self, questions):
         return self.score(self.prepare(questions))
@@ -219,8 +243,11 @@ if "composition" not in available_scorers():
 
 def test_a_second_run_into_a_locked_folder_is_refused(tmp_path, fake_scorer):
     with folder_lock(tmp_path, "jetgym-qa"):
-        with pytest.raises(FolderInUseError, match=r"is in use by jetgym-qa \(pid \d+\): two runs must not write "
-                                                   r"into one folder. Wait for it to finish, or choose another output_dir"):
+        with pytest.raises(
+            FolderInUseError,
+            match=r"is in use by jetgym-qa \(pid \d+\): two runs must not write "
+            r"into one folder. Wait for it to finish, or choose another output_dir",
+        ):
             qa.run_qa(qa_config(tmp_path))
     assert not (tmp_path / "responses.jsonl").exists() and fake_scorer.calls == 0
     qa.run_qa(qa_config(tmp_path))  # released: the folder works again
@@ -229,10 +256,17 @@ def test_a_second_run_into_a_locked_folder_is_refused(tmp_path, fake_scorer):
 
 @pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_a_killed_run_leaves_no_stuck_lock(tmp_path, fake_scorer, stop):
-    holder = subprocess.Popen([sys.executable, "-c",
-                               "import sys, time; from pathlib import Path; from jetgym.runs.folder import folder_lock\n"
-                               f"with folder_lock(Path({str(tmp_path)!r}), 'jetgym-qa'):\n"
-                               "    print('held', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from jetgym.runs.folder import folder_lock\n"
+            f"with folder_lock(Path({str(tmp_path)!r}), 'jetgym-qa'):\n"
+            "    print('held', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(FolderInUseError):
@@ -249,8 +283,15 @@ def test_a_killed_run_leaves_no_stuck_lock(tmp_path, fake_scorer, stop):
 
 
 def test_two_concurrent_runs_never_duplicate_responses(tmp_path):
-    command = [sys.executable, "-m", "jetgym.scripts.qa", f"output_dir={tmp_path}", "scorer.name=jet",
-               "model.spec=/nonexistent-model", "dataset.limit=3"]
+    command = [
+        sys.executable,
+        "-m",
+        "jetgym.scripts.qa",
+        f"output_dir={tmp_path}",
+        "scorer.name=jet",
+        "model.spec=/nonexistent-model",
+        "dataset.limit=3",
+    ]
     with folder_lock(tmp_path, "jetgym-qa"):  # stands for a first run in progress
         second = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert second.returncode != 0 and "is in use by jetgym-qa" in second.stderr
@@ -263,8 +304,13 @@ def test_extreme_gold_nll_writes_strict_json_with_robust_means(tmp_path, fake_sc
     # the gold answer of the first question gets logprob -6290: its probability underflows to 0.0
     first = load_mmlu("per_subject_5", limit=1)[0]
     gold_text = first.candidates[first.labels.index(first.gold)]
-    monkeypatch.setattr(conftest, "fake_logprob", lambda context, candidate: -6290.0
-                        if context == str(first.context) and candidate == gold_text else real(context, candidate))
+    monkeypatch.setattr(
+        conftest,
+        "fake_logprob",
+        lambda context, candidate: (
+            -6290.0 if context == str(first.context) and candidate == gold_text else real(context, candidate)
+        ),
+    )
     summary = qa.run_qa(qa_config(tmp_path))
     rows = [strict_loads(line) for line in lines(tmp_path)]
     assert rows[0]["probs"][first.labels.index(first.gold)] == 0.0
@@ -272,17 +318,23 @@ def test_extreme_gold_nll_writes_strict_json_with_robust_means(tmp_path, fake_sc
     on_disk = strict_loads((tmp_path / "summary.json").read_text())
     assert on_disk["mean_gold_nll"] > 100  # one question dominates the mean ...
     assert on_disk["median_gold_nll"] < 10 and on_disk["clipped_mean_gold_nll"] < 10  # ... not these
-    assert on_disk["max_gold_nll"] == rows[0]["gold_nll"] and on_disk["gold_nll_clip"] == pytest.approx(34.5388, abs=1e-3)
+    assert on_disk["max_gold_nll"] == rows[0]["gold_nll"] and on_disk["gold_nll_clip"] == pytest.approx(
+        34.5388, abs=1e-3
+    )
     assert summary["clipped_mean_gold_nll"] == pytest.approx(
-        sum(min(r["gold_nll"], runner.GOLD_NLL_CLIP) for r in rows) / LIMIT)
+        sum(min(r["gold_nll"], runner.GOLD_NLL_CLIP) for r in rows) / LIMIT
+    )
     assert "clipped mean" in (tmp_path / "report.md").read_text()
 
 
 def test_a_non_finite_value_is_refused_not_written(tmp_path, fake_scorer, monkeypatch):
     conftest = sys.modules[fake_scorer.__module__]
     monkeypatch.setattr(conftest, "fake_logprob", lambda context, candidate: float("nan"))
-    with pytest.raises(ValueError, match=r"the response to question 'mmlu-abstract_algebra-0' holds a non-finite "
-                                         r"number \(NaN or Infinity\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"the response to question 'mmlu-abstract_algebra-0' holds a non-finite "
+        r"number \(NaN or Infinity\)",
+    ):
         qa.run_qa(qa_config(tmp_path))
     assert lines(tmp_path) == []
 
@@ -294,7 +346,9 @@ def test_run_json_is_written_only_once_the_run_can_start(tmp_path, fake_scorer):
     with pytest.raises(FileNotFoundError, match="question file .*typo.jsonl does not exist"):
         qa.run_qa(qa_config(out, "dataset=jsonl", f"dataset.path={tmp_path / 'typo.jsonl'}", "dataset.limit=null"))
     assert not (out / "run.json").exists()
-    summary = qa.run_qa(qa_config(out, "dataset=jsonl", f"dataset.path={data}", "dataset.limit=null"))  # fixed: same folder
+    summary = qa.run_qa(
+        qa_config(out, "dataset=jsonl", f"dataset.path={data}", "dataset.limit=null")
+    )  # fixed: same folder
     assert summary["requests"] == 1 and (out / "run.json").exists()
 
 
@@ -304,7 +358,9 @@ def test_rerunning_a_finished_folder_keeps_the_first_runs_timing(tmp_path, fake_
     runs = [strict_loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
     assert [r["requests"] for r in runs] == [LIMIT, 0]
     assert again["requests_this_run"] == 0 and again["runs"] == 2
-    assert again["wall_seconds"] == first["wall_seconds"] and again["requests_per_second"] == first["requests_per_second"]
+    assert (
+        again["wall_seconds"] == first["wall_seconds"] and again["requests_per_second"] == first["requests_per_second"]
+    )
     assert again["requests_timed"] == LIMIT
 
 
@@ -320,8 +376,10 @@ def test_a_failed_runs_work_is_counted(tmp_path, fake_scorer):
 
 
 def oversized_set(tmp_path) -> Path:
-    rows = [{"question": f"q{i}" + (" OVERSIZED" if i == 5 else ""), "choices": ["a", "b"], "answer": 0, "id": f"q{i}"}
-            for i in range(8)]
+    rows = [
+        {"question": f"q{i}" + (" OVERSIZED" if i == 5 else ""), "choices": ["a", "b"], "answer": 0, "id": f"q{i}"}
+        for i in range(8)
+    ]
     path = tmp_path / "set.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
@@ -330,10 +388,20 @@ def oversized_set(tmp_path) -> Path:
 @pytest.mark.parametrize("pipeline", [True, False])
 def test_an_oversized_question_stops_the_run_naming_it(tmp_path, pipeline):
     data = oversized_set(tmp_path)
-    config = qa_config(tmp_path / "out", "scorer.name=composition", "dataset=jsonl", f"dataset.path={data}",
-                       "dataset.limit=null", "chunk_size=4", f"pipeline={pipeline}")
-    with pytest.raises(runner.QuestionError, match=rf"question 'q5' \({data}:6\): context of 5000 tokens .* exceeds the model "
-                                               r"window; fix or remove the question \(or set on_error=skip"):
+    config = qa_config(
+        tmp_path / "out",
+        "scorer.name=composition",
+        "dataset=jsonl",
+        f"dataset.path={data}",
+        "dataset.limit=null",
+        "chunk_size=4",
+        f"pipeline={pipeline}",
+    )
+    with pytest.raises(
+        runner.QuestionError,
+        match=rf"question 'q5' \({data}:6\): context of 5000 tokens .* exceeds the model "
+        r"window; fix or remove the question \(or set on_error=skip",
+    ):
         qa.run_qa(config)
     assert [json.loads(x)["id"] for x in lines(tmp_path / "out")] == ["q0", "q1", "q2", "q3"]
 
@@ -341,14 +409,23 @@ def test_an_oversized_question_stops_the_run_naming_it(tmp_path, pipeline):
 @pytest.mark.parametrize("pipeline", [True, False])
 def test_on_error_skip_records_and_counts_skipped_questions(tmp_path, pipeline):
     data = oversized_set(tmp_path)
-    overrides = ["scorer.name=composition", "dataset=jsonl", f"dataset.path={data}", "dataset.limit=null",
-                 "chunk_size=4", f"pipeline={pipeline}", "on_error=skip"]
+    overrides = [
+        "scorer.name=composition",
+        "dataset=jsonl",
+        f"dataset.path={data}",
+        "dataset.limit=null",
+        "chunk_size=4",
+        f"pipeline={pipeline}",
+        "on_error=skip",
+    ]
     summary = qa.run_qa(qa_config(tmp_path / "out", *overrides))
     rows = [strict_loads(x) for x in lines(tmp_path / "out")]
     assert [r["id"] for r in rows] == [f"q{i}" for i in range(8)]
     assert {k: v for k, v in rows[5].items() if k != "fingerprint"} == {
-        "id": "q5", "skipped": "ValueError: context of 5000 tokens plus the longest candidate (3 tokens) exceeds the "
-        "model window", "source": f"{data}:6"}
+        "id": "q5",
+        "skipped": "ValueError: context of 5000 tokens plus the longest candidate (3 tokens) exceeds the model window",
+        "source": f"{data}:6",
+    }
     assert summary["skipped"] == 1 and summary["graded"] == 7 and summary["requests"] == 8
     assert "(1 skipped)" in (tmp_path / "out" / "report.md").read_text()
     before = (tmp_path / "out" / "responses.jsonl").read_bytes()
@@ -371,10 +448,19 @@ def test_resume_from_every_cut_point_is_byte_identical(tmp_path, pipeline):
     """Responses that depend on which questions share a call (as packed scoring does, ~1e-5) still come out
     byte-identical after a cut anywhere: chunks are fixed slices of the set, a torn one is scored whole."""
     data = tmp_path / "set.jsonl"
-    data.write_text("".join(json.dumps({"question": f"q{i}?", "choices": ["a", "b", "c"], "answer": i % 3}) + "\n"
-                            for i in range(10)))
-    overrides = ["scorer.name=composition", "dataset=jsonl", f"dataset.path={data}", "dataset.limit=null",
-                 "chunk_size=4", f"pipeline={pipeline}"]
+    data.write_text(
+        "".join(
+            json.dumps({"question": f"q{i}?", "choices": ["a", "b", "c"], "answer": i % 3}) + "\n" for i in range(10)
+        )
+    )
+    overrides = [
+        "scorer.name=composition",
+        "dataset=jsonl",
+        f"dataset.path={data}",
+        "dataset.limit=null",
+        "chunk_size=4",
+        f"pipeline={pipeline}",
+    ]
     qa.run_qa(qa_config(tmp_path / "reference", *overrides))
     reference = (tmp_path / "reference" / "responses.jsonl").read_bytes()
     config = to_config(qa_config(tmp_path / "unused", *overrides))

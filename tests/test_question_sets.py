@@ -50,7 +50,10 @@ def test_mmlu_per_subject_5_is_the_first_five_of_each_subject(mmlu_all):
 
 def test_mmlu_prompt_format(mmlu_all):
     q = load_mmlu("per_subject_5", limit=1)[0]
-    assert q.context == "Question: Find the degree for the given field extension Q(sqrt(2), sqrt(3), sqrt(18)) over Q.\nAnswer:"
+    assert (
+        q.context
+        == "Question: Find the degree for the given field extension Q(sqrt(2), sqrt(3), sqrt(18)) over Q.\nAnswer:"
+    )
     assert q.candidates == (" 0", " 4", " 2", " 6")
     assert q.labels == ("A", "B", "C", "D") and q.gold == "B"
     for q in mmlu_all[::500]:
@@ -72,15 +75,34 @@ def test_unknown_subset():
 
 def test_mmlu_from_a_file_drops_header_rows(tmp_path):
     rows = [
-        {"question": "question", "answer_a": "answer_a", "answer_b": "answer_b", "answer_c": "answer_c",
-         "answer_d": "answer_d", "correct_answer": "answer", "topic": "x"},
-        {"question": " 1+1? ", "answer_a": "1", "answer_b": "2 ", "answer_c": "3", "answer_d": "4",
-         "correct_answer": "B", "topic": "basic math"},
+        {
+            "question": "question",
+            "answer_a": "answer_a",
+            "answer_b": "answer_b",
+            "answer_c": "answer_c",
+            "answer_d": "answer_d",
+            "correct_answer": "answer",
+            "topic": "x",
+        },
+        {
+            "question": " 1+1? ",
+            "answer_a": "1",
+            "answer_b": "2 ",
+            "answer_c": "3",
+            "answer_d": "4",
+            "correct_answer": "B",
+            "topic": "basic math",
+        },
     ]
     path = tmp_path / "mmlu.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     [q] = load_mmlu(path=str(path))
-    assert (q.id, q.context, q.candidates, q.gold) == ("mmlu-basic_math-0", "Question: 1+1?\nAnswer:", (" 1", " 2", " 3", " 4"), "B")
+    assert (q.id, q.context, q.candidates, q.gold) == (
+        "mmlu-basic_math-0",
+        "Question: 1+1?\nAnswer:",
+        (" 1", " 2", " 3", " 4"),
+        "B",
+    )
     path.write_text(json.dumps({"question": "q", "topic": "t"}) + "\n")
     with pytest.raises(QuestionSetError, match=rf"{re.escape(str(path))}:1: MMLU row lacks answer_a"):
         load_mmlu(path=str(path))
@@ -93,12 +115,15 @@ def write_lines(tmp_path, rows) -> str:
 
 
 def test_jsonl_good_rows(tmp_path):
-    path = write_lines(tmp_path, [
-        {"question": "Capital of France?", "choices": ["Paris", "Rome"], "answer": 0},
-        "",
-        {"question": "2+2?", "choices": ["3", "4", "5"], "answer": "4", "id": "sum"},
-        {"question": "Pick", "choices": ["x"], "answer": 0, "id": 7},
-    ])
+    path = write_lines(
+        tmp_path,
+        [
+            {"question": "Capital of France?", "choices": ["Paris", "Rome"], "answer": 0},
+            "",
+            {"question": "2+2?", "choices": ["3", "4", "5"], "answer": "4", "id": "sum"},
+            {"question": "Pick", "choices": ["x"], "answer": 0, "id": 7},
+        ],
+    )
     questions = load_jsonl(path)
     assert [q.id for q in questions] == ["set-0", "sum", "7"]
     assert questions[0].context == "Question: Capital of France?\nAnswer:"

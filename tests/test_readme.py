@@ -15,11 +15,15 @@ import pytest
 from jetgym.scripts.config import compose, to_config
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-JOBS = {"jetgym-qa": ("qa", "jetgym.scripts.qa"), "jetgym-episode": ("episode", "jetgym.scripts.episode"),
-        "jetgym-bench": ("bench", "jetgym.scripts.bench"), "jetgym-calibrate": ("calibrate", "jetgym.scripts.calibrate"),
-        "jetgym-bench-fastjev": ("bench_fastjev", "jetgym.scripts.bench_fastjev"),
-        "jetgym-bench-dtype": ("bench_dtype", "jetgym.scripts.bench_dtype"),
-        "jetgym-train": ("train", "jetgym.scripts.train")}
+JOBS = {
+    "jetgym-qa": ("qa", "jetgym.scripts.qa"),
+    "jetgym-episode": ("episode", "jetgym.scripts.episode"),
+    "jetgym-bench": ("bench", "jetgym.scripts.bench"),
+    "jetgym-calibrate": ("calibrate", "jetgym.scripts.calibrate"),
+    "jetgym-bench-fastjev": ("bench_fastjev", "jetgym.scripts.bench_fastjev"),
+    "jetgym-bench-dtype": ("bench_dtype", "jetgym.scripts.bench_dtype"),
+    "jetgym-train": ("train", "jetgym.scripts.train"),
+}
 
 
 def blocks(language: str) -> list[str]:
@@ -49,14 +53,22 @@ def test_readme_command_lines_compose(words):
     job, module = JOBS[Path(words[0]).name]
     importlib.import_module(module)  # stores the job's schema
     overrides = [w for w in words[1:] if w != "-m"]
-    sweeps = [[f"{o.split('=')[0]}={v}" for v in o.split("=", 1)[1].split(",")] if "-m" in words and "," in o else [o]
-              for o in overrides]  # a sweep's jobs: each value of a comma list
+    sweeps = [
+        [f"{o.split('=')[0]}={v}" for v in o.split("=", 1)[1].split(",")] if "-m" in words and "," in o else [o]
+        for o in overrides
+    ]  # a sweep's jobs: each value of a comma list
     for choice in itertools.product(*sweeps):
         assert to_config(compose(job, list(choice))) is not None
 
 
-@pytest.mark.parametrize("code", [pytest.param(b, marks=pytest.mark.slow) if "make_scorer(" in b or "JetgymLM(" in b else b
-                                  for b in blocks("python")], ids=lambda b: b.splitlines()[0][:40])
+@pytest.mark.parametrize(
+    "code",
+    [
+        pytest.param(b, marks=pytest.mark.slow) if "make_scorer(" in b or "JetgymLM(" in b else b
+        for b in blocks("python")
+    ],
+    ids=lambda b: b.splitlines()[0][:40],
+)
 def test_readme_python_blocks_run(code, tmp_path):
     pytest.importorskip("gymnasium")
     if "vizdoom" not in sys.modules and "Doom" in code:

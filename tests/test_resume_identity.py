@@ -21,8 +21,10 @@ def write_set(path, rows):
 
 
 def rows(n=6, with_ids=True, shift=0):
-    made = [{"question": f"What is {k} + {k}?", "choices": [str(2 * k), str(k + 1), "none"], "answer": 0}
-            for k in range(1 + shift, n + 1 + shift)]
+    made = [
+        {"question": f"What is {k} + {k}?", "choices": [str(2 * k), str(k + 1), "none"], "answer": 0}
+        for k in range(1 + shift, n + 1 + shift)
+    ]
     return [{**row, "id": f"q{k}"} for k, row in enumerate(made)] if with_ids else made
 
 
@@ -45,7 +47,8 @@ def test_an_edited_question_file_is_refused_naming_what_changed(tmp_path, fake_s
     assert str(caught.value) == (
         f"{out / 'responses.jsonl'} answers another version of these questions ('q0' ({path}:1): its gold answer; "
         f"'q1' ({path}:2): its choices; 'q3' ({path}:4): its context): resuming would mix answers "
-        f"to both; restore the questions or use a fresh output_dir.")
+        f"to both; restore the questions or use a fresh output_dir."
+    )
     assert (out / "responses.jsonl").read_bytes() == before
     write_set(tmp_path / "set.jsonl", rows())  # restored: the run resumes and finishes
     assert run(load_jsonl(path), out)["requests"] == 6
@@ -57,14 +60,18 @@ def test_ids_from_row_order_are_refused_when_a_row_is_inserted(tmp_path, fake_sc
     run(load_jsonl(path)[:4], out)
     run(load_jsonl(path), out)  # same content, same derived ids: resumes
     assert len((out / "responses.jsonl").read_text().splitlines()) == 6
-    write_set(tmp_path / "set.jsonl", [{"question": "A new first question?", "choices": ["a", "b"], "answer": 0},
-                                        *rows(with_ids=False)])
+    write_set(
+        tmp_path / "set.jsonl",
+        [{"question": "A new first question?", "choices": ["a", "b"], "answer": 0}, *rows(with_ids=False)],
+    )
     with pytest.raises(ValueError) as caught:
         run(load_jsonl(path), out)
     message = str(caught.value)
     assert f"answers another version of these questions ('set-0' ({path}:1): its context, its choices" in message
-    assert message.endswith("The ids come from row order (the file gives no 'id'), so a row inserted or removed "
-                            "renumbers every later question: give each question an 'id'.")
+    assert message.endswith(
+        "The ids come from row order (the file gives no 'id'), so a row inserted or removed "
+        "renumbers every later question: give each question an 'id'."
+    )
 
 
 def test_responses_without_their_run_json_are_refused(tmp_path, fake_scorer):
@@ -72,9 +79,12 @@ def test_responses_without_their_run_json_are_refused(tmp_path, fake_scorer):
     out = tmp_path / "out"
     run(questions[:3], out)
     (out / "run.json").unlink()
-    with pytest.raises(ValueError, match=rf"^{out} holds responses.jsonl but no run.json: the settings its responses "
-                                         rf"were scored with are unknown, so the run cannot resume; restore run.json "
-                                         rf"or use a fresh output_dir$"):
+    with pytest.raises(
+        ValueError,
+        match=rf"^{out} holds responses.jsonl but no run.json: the settings its responses "
+        rf"were scored with are unknown, so the run cannot resume; restore run.json "
+        rf"or use a fresh output_dir$",
+    ):
         run(questions, out, settings={"scorer": {"schedule": "independent"}})
     assert not (out / "run.json").exists()
 
@@ -102,9 +112,12 @@ def test_an_incomplete_row_before_the_end_is_an_error(tmp_path, fake_scorer):
     lines = (out / "responses.jsonl").read_text().splitlines()
     lines[1] = json.dumps({"id": "q1", "choice": "A"})
     (out / "responses.jsonl").write_text("\n".join(lines) + "\n")
-    with pytest.raises(ValueError, match=r"responses.jsonl:2: the response to 'q1' is incomplete \(it lacks labels, "
-                                         r"logprobs, probs, usage\); delete that line to score the question again, or "
-                                         r"use a fresh output_dir"):
+    with pytest.raises(
+        ValueError,
+        match=r"responses.jsonl:2: the response to 'q1' is incomplete \(it lacks labels, "
+        r"logprobs, probs, usage\); delete that line to score the question again, or "
+        r"use a fresh output_dir",
+    ):
         run(questions, out)
 
 
@@ -112,11 +125,16 @@ def test_rows_without_a_fingerprint_are_refused(tmp_path, fake_scorer):
     questions = load_jsonl(write_set(tmp_path / "set.jsonl", rows()))
     out = tmp_path / "out"
     run(questions[:2], out)
-    old = [{k: v for k, v in json.loads(line).items() if k != "fingerprint"}
-           for line in (out / "responses.jsonl").read_text().splitlines()]
+    old = [
+        {k: v for k, v in json.loads(line).items() if k != "fingerprint"}
+        for line in (out / "responses.jsonl").read_text().splitlines()
+    ]
     (out / "responses.jsonl").write_text("".join(json.dumps(row) + "\n" for row in old))
-    with pytest.raises(ValueError, match=r"holds 2 responses without a question fingerprint \(e.g. 'q0'; written by an "
-                                         r"older jetgym\): what they answer cannot be checked"):
+    with pytest.raises(
+        ValueError,
+        match=r"holds 2 responses without a question fingerprint \(e.g. 'q0'; written by an "
+        r"older jetgym\): what they answer cannot be checked",
+    ):
         run(questions, out)
 
 
@@ -124,10 +142,12 @@ def test_the_fingerprint_reads_content_not_id_or_source():
     base = Question(context="q", candidates=["a", "b"], gold=0, id="x", source="f:1")
     same = Question(context="q", candidates=["a", "b"], gold=0, id="y", source="g:2")
     assert identity.fingerprint(base) == identity.fingerprint(same)
-    for other, part in [(Question(context="q2", candidates=["a", "b"], gold=0), "context"),
-                        (Question(context="q", candidates=["a", "c"], gold=0), "choices"),
-                        (Question(context="q", candidates=["a", "b"], labels=["A", "B"], gold=0), "choices"),
-                        (Question(context="q", candidates=["a", "b"], gold=1), "gold")]:
+    for other, part in [
+        (Question(context="q2", candidates=["a", "b"], gold=0), "context"),
+        (Question(context="q", candidates=["a", "c"], gold=0), "choices"),
+        (Question(context="q", candidates=["a", "b"], labels=["A", "B"], gold=0), "choices"),
+        (Question(context="q", candidates=["a", "b"], gold=1), "gold"),
+    ]:
         changed = [key for key in identity.PARTS if identity.fingerprint(other)[key] != identity.fingerprint(base)[key]]
         assert changed == [part]
     import numpy as np
@@ -135,7 +155,10 @@ def test_the_fingerprint_reads_content_not_id_or_source():
     image = np.zeros((2, 2, 3), np.uint8)
     pictured = identity.fingerprint(Question(context="q", candidates=["a", "b"], images=[image]))
     image[0, 0, 0] = 1
-    assert identity.fingerprint(Question(context="q", candidates=["a", "b"], images=[image]))["context"] != pictured["context"]
+    assert (
+        identity.fingerprint(Question(context="q", candidates=["a", "b"], images=[image]))["context"]
+        != pictured["context"]
+    )
 
 
 def test_an_interrupted_runs_record_counts_every_row_it_wrote(tmp_path, fake_scorer, monkeypatch):

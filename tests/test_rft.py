@@ -44,8 +44,16 @@ def test_memoized_rollouts_train_exactly_the_unmemoized_adapter(tmp_path):
     states = {}
     for memoize in (True, False):
         policy, envs, agent = bandit_run(memoize=memoize)
-        run_ppo(policy, envs, agent, PPOOptions(num_envs=2, rollout_steps=4, minibatch=4, learning_rate=0.01),
-                tmp_path / str(memoize), env_steps=24, seed=3, progress=False)
+        run_ppo(
+            policy,
+            envs,
+            agent,
+            PPOOptions(num_envs=2, rollout_steps=4, minibatch=4, learning_rate=0.01),
+            tmp_path / str(memoize),
+            env_steps=24,
+            seed=3,
+            progress=False,
+        )
         states[memoize] = policy.state()
     assert states[True].keys() == states[False].keys()
     assert all(torch.equal(states[True][k], states[False][k]) for k in states[True])
@@ -70,10 +78,12 @@ def test_aggregated_questions_give_the_plain_loss_and_gradient():
         policy.model.zero_grad(set_to_none=True)
         policy.value_head.zero_grad(set_to_none=True)
         evaluated = policy.evaluate(questions)
-        loss = -sum(lq[k] for lq, k in zip(evaluated.log_q, actions)) + (evaluated.values ** 2).sum()
+        loss = -sum(lq[k] for lq, k in zip(evaluated.log_q, actions)) + (evaluated.values**2).sum()
         loss.backward()
-        results[aggregate] = (float(loss.detach()), {k: p.grad.clone() for k, p in enumerate(policy.parameters())
-                                                     if p.grad is not None})
+        results[aggregate] = (
+            float(loss.detach()),
+            {k: p.grad.clone() for k, p in enumerate(policy.parameters()) if p.grad is not None},
+        )
     (loss_a, grads_a), (loss_p, grads_p) = results[True], results[False]
     assert loss_a == pytest.approx(loss_p, abs=1e-5)
     assert grads_a.keys() == grads_p.keys() and len(grads_a) > 2
@@ -100,8 +110,10 @@ def test_aggregated_ppo_terms_give_the_plain_loss_and_gradient():
         terms = _minibatch_terms(policy, flat, list(range(len(flat))), adv, ret, old, options, autocast=False)
         loss = terms["policy_loss"] + 0.5 * terms["value_loss"] - 0.01 * terms["entropy"]
         loss.backward()
-        results[aggregate] = ({k: float(v.detach()) for k, v in terms.items()},
-                              [p.grad.clone() for p in policy.parameters() if p.grad is not None])
+        results[aggregate] = (
+            {k: float(v.detach()) for k, v in terms.items()},
+            [p.grad.clone() for p in policy.parameters() if p.grad is not None],
+        )
     (terms_a, grads_a), (terms_p, grads_p) = results[True], results[False]
     assert terms_a == pytest.approx(terms_p, abs=1e-5)
     assert len(grads_a) == len(grads_p) > 2
@@ -135,8 +147,10 @@ def test_episodes_cut_by_the_budget_are_marked_and_the_round_row_leaves_them_out
 
 def test_keep_rules_select_within_each_group():
     def group(seed, returns, successes=None):
-        return [rft.Played(seed, m, rewards=[r], success=bool(successes and successes[m]), ended=True)
-                for m, r in enumerate(returns)]
+        return [
+            rft.Played(seed, m, rewards=[r], success=bool(successes and successes[m]), ended=True)
+            for m, r in enumerate(returns)
+        ]
 
     assert rft.keep_group(group(0, [1, 1, 1, 1], [1, 1, 1, 1]), "auto") == []  # one return: nothing to learn
     mixed = group(0, [0, 1, 0, 1], [0, 1, 0, 1])
@@ -157,8 +171,10 @@ def test_the_pool_keeps_one_action_per_question_the_one_with_the_best_continuati
         return Question(context=f"at {room}", candidates=["x", "y"], gold=gold)
 
     kept = rft.loop_erased(rft.Played(0, 0, decisions=[at("A", 0), at("B", 1), at("A", 1)], rewards=[0, 0, 1]))
-    assert [(k.decision.context, k.decision.gold, k.return_to_go, k.steps_to_go) for k in kept] == \
-        [("at B", 1, 1.0, 2), ("at A", 1, 1.0, 1)]  # A's first visit led back to A: its last action is kept
+    assert [(k.decision.context, k.decision.gold, k.return_to_go, k.steps_to_go) for k in kept] == [
+        ("at B", 1, 1.0, 2),
+        ("at A", 1, 1.0, 1),
+    ]  # A's first visit led back to A: its last action is kept
     pool = rft.Pool(3)
     assert pool.add(kept) == 2
     longer = rft.loop_erased(rft.Played(1, 0, decisions=[at("A", 0), at("C", 0), at("B", 0)], rewards=[0, 0, 1]))
@@ -173,21 +189,33 @@ def test_step_groups_keep_the_action_of_best_mean_return_at_each_recurring_quest
     def at(room, gold):
         return Question(context=f"at {room}", candidates=["x", "y"], gold=gold)
 
-    played = [rft.Played(0, 0, decisions=[at("A", 0), at("B", 1)], rewards=[0, 1]),
-              rft.Played(0, 1, decisions=[at("A", 1), at("B", 0)], rewards=[0, 0]),
-              rft.Played(1, 0, decisions=[at("A", 0), at("C", 0)], rewards=[1, 0])]
+    played = [
+        rft.Played(0, 0, decisions=[at("A", 0), at("B", 1)], rewards=[0, 1]),
+        rft.Played(0, 1, decisions=[at("A", 1), at("B", 0)], rewards=[0, 0]),
+        rft.Played(1, 0, decisions=[at("A", 0), at("C", 0)], rewards=[1, 0]),
+    ]
     kept = rft.step_groups(played)  # A: action 0 (mean 1) beats A's mean 2/3; B: 1 beats 0; C: one action only
-    assert [(k.decision.context, k.decision.gold, k.return_to_go, k.steps_to_go) for k in kept] == \
-        [("at A", 0, 1.0, 2), ("at B", 1, 1.0, 1)]
+    assert [(k.decision.context, k.decision.gold, k.return_to_go, k.steps_to_go) for k in kept] == [
+        ("at A", 0, 1.0, 2),
+        ("at B", 1, 1.0, 1),
+    ]
     # weight: the advantage over the spread of the round's returns to go (1, 1, 0, 0, 1, 0: 0.5), at most 1
     assert [k.weight for k in kept] == [pytest.approx((1 - 2 / 3) / 0.5), 1.0]
-    assert rft.step_groups([rft.Played(0, 0, decisions=[at("D", 0)], rewards=[0]),
-                            rft.Played(0, 1, decisions=[at("D", 1)], rewards=[0])]) == []  # no action is better
+    assert (
+        rft.step_groups(
+            [
+                rft.Played(0, 0, decisions=[at("D", 0)], rewards=[0]),
+                rft.Played(0, 1, decisions=[at("D", 1)], rewards=[0]),
+            ]
+        )
+        == []
+    )  # no action is better
 
 
 def test_discounted_returns_to_go_weigh_what_follows_soon():
     assert rft.returns_to_go([1, 0, 2]) == [3, 2, 2]
     assert rft.returns_to_go([1, 0, 2], gamma=0.5) == [1.5, 1.0, 2.0]
+
     # a time limit cuts two walks: undiscounted, the later visit of A looks better only for the steps left
     def at(room, gold):
         return Question(context=f"at {room}", candidates=["x", "y"], gold=gold)
@@ -196,8 +224,9 @@ def test_discounted_returns_to_go_weigh_what_follows_soon():
     late = rft.Played(0, 1, decisions=[at("B", 1)] * 10 + [at("A", 1)] + [at("B", 1)] * 9, rewards=[-1] * 20)
 
     def weight_of_a(gamma):
-        (gold, weight), = [(k.decision.gold, k.weight) for k in rft.step_groups([early, late], gamma)
-                           if k.decision.context == "at A"]
+        ((gold, weight),) = [
+            (k.decision.gold, k.weight) for k in rft.step_groups([early, late], gamma) if k.decision.context == "at A"
+        ]
         return gold, weight
 
     assert weight_of_a(1.0)[0] == 1 and weight_of_a(1.0)[1] > 0.5  # -10 beats -20 by the steps left
@@ -224,8 +253,10 @@ def test_weighted_cloning_scales_each_questions_loss_and_gradient():
     assert all(torch.allclose(a * 2, b, atol=1e-6) for a, b in zip(grad_1, grad_half))
 
 
-@pytest.mark.parametrize("advantage, counts", [("step-group", ("step_group_decisions", 1, "pool", 1)),
-                                               ("plan", ("planned_decisions", 1, "pool", 0))])
+@pytest.mark.parametrize(
+    "advantage, counts",
+    [("step-group", ("step_group_decisions", 1, "pool", 1)), ("plan", ("planned_decisions", 1, "pool", 0))],
+)
 def test_step_level_advantages_learn_where_no_episode_is_kept(tmp_path, advantage, counts):
     """Penalty has no success, so keep=success keeps no episode; its one state compares the two actions (in the
     round's episodes with step-group, in every transition played with plan)."""
@@ -233,8 +264,16 @@ def test_step_level_advantages_learn_where_no_episode_is_kept(tmp_path, advantag
     envs = [CandidateActions(Penalty(), texts=["go west", "go east"]) for _ in range(2)]
     agent = make_agent("scorer", scorer=policy.scorer, task="Choose.", describer=lambda o: "here", policy="sample")
     before = p_east(policy)
-    options = RFTOptions(group=4, seeds_per_round=2, num_envs=2, updates=4, minibatch=4, learning_rate=0.02,
-                         keep="success", advantage=advantage)
+    options = RFTOptions(
+        group=4,
+        seeds_per_round=2,
+        num_envs=2,
+        updates=4,
+        minibatch=4,
+        learning_rate=0.02,
+        keep="success",
+        advantage=advantage,
+    )
     summary = run_rft(policy, envs, agent, options, tmp_path, env_steps=48, progress=False)
     assert p_east(policy) > 0.9 > before + 0.2, (before, p_east(policy))
     assert summary["kept_episodes"] == 0
@@ -246,7 +285,9 @@ def test_rft_learns_the_rewarded_action(tmp_path):
     policy, envs, agent = bandit_run()
     before = p_east(policy)
     options = RFTOptions(group=4, seeds_per_round=2, num_envs=2, updates=4, minibatch=4, learning_rate=0.02)
-    summary = run_rft(policy, envs, agent, options, tmp_path, env_steps=46, progress=False)  # the last round cut at 6 of its 8 steps
+    summary = run_rft(
+        policy, envs, agent, options, tmp_path, env_steps=46, progress=False
+    )  # the last round cut at 6 of its 8 steps
     after = p_east(policy)
     assert after > 0.9 > before + 0.2, (before, after)
     rows = rows_of(tmp_path)
@@ -272,8 +313,11 @@ class Penalty(gym.Env):
 
 def test_rft_bad_inputs_name_the_field(tmp_path):
     for keep in ("top:0", "top:1.5", "top", "best"):
-        with pytest.raises(ValueError, match=f"train.keep must be auto, success or top:F with a fraction 0 < F <= 1 "
-                                             rf"\(e.g. top:0.25\), got '{keep}'"):
+        with pytest.raises(
+            ValueError,
+            match=f"train.keep must be auto, success or top:F with a fraction 0 < F <= 1 "
+            rf"\(e.g. top:0.25\), got '{keep}'",
+        ):
             RFTOptions(keep=keep)
     with pytest.raises(ValueError, match="train.group must be >= 1, got 0"):
         RFTOptions(group=0)
@@ -286,32 +330,66 @@ def test_rft_bad_inputs_name_the_field(tmp_path):
     policy = Policy(tiny_scorer(), LoraOptions(lora_rank=2), seed=0)
     envs = [CandidateActions(Penalty(), texts=["a", "b"])]
     agent = make_agent("scorer", scorer=policy.scorer, task="Choose.", describer=lambda o: "here", policy="sample")
-    with pytest.raises(ValueError, match=r"algorithm=rft kept no episode in 8 env steps \(8 episodes, best return -1\): "
-                                         r"the env reported no info\['is_success'\] and no episode ended on a positive "
-                                         r"reward, so train.keep=success keeps nothing; use train.keep=auto"):
-        run_rft(policy, envs, agent, RFTOptions(group=4, seeds_per_round=2, num_envs=1, keep="success",
-                                                advantage="episode"), tmp_path / "s", env_steps=8, progress=False)
-    planned = run_rft(policy, envs, agent, RFTOptions(group=4, seeds_per_round=2, num_envs=1, keep="success"),
-                      tmp_path / "plan", env_steps=8, progress=False)
+    with pytest.raises(
+        ValueError,
+        match=r"algorithm=rft kept no episode in 8 env steps \(8 episodes, best return -1\): "
+        r"the env reported no info\['is_success'\] and no episode ended on a positive "
+        r"reward, so train.keep=success keeps nothing; use train.keep=auto",
+    ):
+        run_rft(
+            policy,
+            envs,
+            agent,
+            RFTOptions(group=4, seeds_per_round=2, num_envs=1, keep="success", advantage="episode"),
+            tmp_path / "s",
+            env_steps=8,
+            progress=False,
+        )
+    planned = run_rft(
+        policy,
+        envs,
+        agent,
+        RFTOptions(group=4, seeds_per_round=2, num_envs=1, keep="success"),
+        tmp_path / "plan",
+        env_steps=8,
+        progress=False,
+    )
     assert planned["kept_episodes"] == 0  # no episode kept, but planning valued both actions: something to clone
-    summary = run_rft(policy, envs, agent, RFTOptions(group=4, seeds_per_round=2, num_envs=1), tmp_path / "auto",
-                      env_steps=8, progress=False)
+    summary = run_rft(
+        policy,
+        envs,
+        agent,
+        RFTOptions(group=4, seeds_per_round=2, num_envs=1),
+        tmp_path / "auto",
+        env_steps=8,
+        progress=False,
+    )
     assert summary["kept_episodes"] >= 1  # auto keeps the better episodes of a group without success
 
 
 def cli(*overrides, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([os.path.join(os.path.dirname(sys.executable), "jetgym-train"), *overrides],
-                          capture_output=True, text=True, timeout=300, cwd=cwd,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+    return subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "jetgym-train"), *overrides],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
+    )
 
 
 def test_rft_cli_refuses_options_of_other_algorithms_and_box_actions(tmp_path):
     done = cli("algorithm=ppo", "train.keep=success", f"output_dir={tmp_path / 'a'}")
     assert done.returncode != 0
-    assert "train.keep is an option of algorithm=rft, not of algorithm=ppo: remove it or change the algorithm" in done.stderr
-    done = cli("algorithm=rft", "train.unique=true", f"output_dir={tmp_path / 'b'}")
-    assert "train.unique merges repeated labelled questions: set it with algorithm=sft or bc only (got algorithm=rft)" \
+    assert (
+        "train.keep is an option of algorithm=rft, not of algorithm=ppo: remove it or change the algorithm"
         in done.stderr
+    )
+    done = cli("algorithm=rft", "train.unique=true", f"output_dir={tmp_path / 'b'}")
+    assert (
+        "train.unique merges repeated labelled questions: set it with algorithm=sft or bc only (got algorithm=rft)"
+        in done.stderr
+    )
     done = cli("algorithm=rft", "env=gym", "env.id=MountainCarContinuous-v0", f"output_dir={tmp_path / 'c'}")
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert "MountainCarContinuous-v0" in done.stderr and "Box" in done.stderr, done.stderr[-2000:]
@@ -356,8 +434,9 @@ def test_rft_resumes_after_kill_and_trains_the_uninterrupted_adapter(tmp_path):
     (state,) = pointer["transitions"]  # the bandit's one question, both actions, every step of the 8 kept
     assert sum(visits for visits, _, _ in state["actions"].values()) == 8
     for folder in (out, straight):
-        finished = subprocess.run([sys.executable, str(script), "fast", str(folder)], capture_output=True, text=True,
-                                  timeout=600)
+        finished = subprocess.run(
+            [sys.executable, str(script), "fast", str(folder)], capture_output=True, text=True, timeout=600
+        )
         assert finished.returncode == 0, finished.stderr
     assert [r["round"] for r in rows_of(out)] == [1, 2, 3, 4, 5]
     assert [r["pool"] for r in rows_of(out)] == [r["pool"] for r in rows_of(straight)]
@@ -372,8 +451,11 @@ class MisleadingRooms(gym.Env):
     observation_space = gym.spaces.Text(200)
     action_space = gym.spaces.Text(40)
     COMMANDS = {"hall": ["go north", "go south"], "north": ["go back"], "south": ["open chest", "go back"]}
-    TEXTS = {"hall": "You are in a hall. The treasure is north, says a sign.",
-             "north": "An empty room. The hall is back.", "south": "A small room with a chest. The hall is back."}
+    TEXTS = {
+        "hall": "You are in a hall. The treasure is north, says a sign.",
+        "north": "An empty room. The hall is back.",
+        "south": "A small room with a chest. The hall is back.",
+    }
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)

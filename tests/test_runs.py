@@ -24,8 +24,10 @@ def readme_block(marker: str) -> str:
 
 
 def test_import_jetgym_runners_without_hydra_or_torch():
-    code = ("import sys, jetgym; from jetgym import run_qa, run_episodes; import jetgym.runs.folder; "
-            "print(sorted(m for m in ('hydra', 'omegaconf', 'torch', 'gymnasium') if m in sys.modules))")
+    code = (
+        "import sys, jetgym; from jetgym import run_qa, run_episodes; import jetgym.runs.folder; "
+        "print(sorted(m for m in ('hydra', 'omegaconf', 'torch', 'gymnasium') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -72,13 +74,24 @@ def test_a_scorer_factory_is_not_called_for_a_refused_run(tmp_path, fake_scorer)
     assert called == []
 
 
-@pytest.mark.parametrize("questions, options, message", [
-    ([], {}, "run_qa got no questions"),
-    ([Question(context="x", candidates=["a", "b"])], {}, r"questions\[0\] has no string id"),
-    ([Question(context="x", candidates=["a", "b"], id="q")] * 2, {}, r"questions\[1\] repeats the id 'q'"),
-    ([Question(context="x", candidates=["a", "b"], id="q")], {"chunk_size": 0}, "chunk_size must be an integer >= 1"),
-    ([Question(context="x", candidates=["a", "b"], id="q")], {"on_error": "ignore"}, "on_error must be one of stop, skip"),
-])
+@pytest.mark.parametrize(
+    "questions, options, message",
+    [
+        ([], {}, "run_qa got no questions"),
+        ([Question(context="x", candidates=["a", "b"])], {}, r"questions\[0\] has no string id"),
+        ([Question(context="x", candidates=["a", "b"], id="q")] * 2, {}, r"questions\[1\] repeats the id 'q'"),
+        (
+            [Question(context="x", candidates=["a", "b"], id="q")],
+            {"chunk_size": 0},
+            "chunk_size must be an integer >= 1",
+        ),
+        (
+            [Question(context="x", candidates=["a", "b"], id="q")],
+            {"on_error": "ignore"},
+            "on_error must be one of stop, skip",
+        ),
+    ],
+)
 def test_run_qa_refuses_bad_arguments_by_name(tmp_path, fake_scorer, questions, options, message):
     with pytest.raises(ValueError, match=message):
         run_qa(questions, make_scorer("fake"), tmp_path / "out", **options)
@@ -131,8 +144,11 @@ def test_read_jsonl_refuses_a_bad_line_before_the_end_naming_it(tmp_path):
 
 def test_append_jsonl_names_the_row_with_a_non_finite_number(tmp_path):
     with pytest.raises(ValueError, match=r"row 'q2' holds a non-finite number .*: p = inf"):
-        folder.append_jsonl(tmp_path / "r.jsonl", [{"id": "q1", "p": 1.0}, {"id": "q2", "p": float("inf")}],
-                            what=lambda row: f"row {row['id']!r}")
+        folder.append_jsonl(
+            tmp_path / "r.jsonl",
+            [{"id": "q1", "p": 1.0}, {"id": "q2", "p": float("inf")}],
+            what=lambda row: f"row {row['id']!r}",
+        )
     assert not (tmp_path / "r.jsonl").exists()  # one write: nothing of the batch lands
 
 
@@ -140,8 +156,11 @@ def test_refuse_results_lists_what_the_folder_holds(tmp_path):
     folder.refuse_results(tmp_path, ["steps*.jsonl"])  # nothing there: no error
     for name in ("steps.jsonl", "steps.rank-0-of-2.jsonl", "notes.txt"):
         (tmp_path / name).write_text("")
-    with pytest.raises(FileExistsError, match=r"already holds episode results \(steps\.jsonl, steps\.rank-0-of-2\.jsonl\); "
-                                              r"choose a new output_dir \(nothing was overwritten\)"):
+    with pytest.raises(
+        FileExistsError,
+        match=r"already holds episode results \(steps\.jsonl, steps\.rank-0-of-2\.jsonl\); "
+        r"choose a new output_dir \(nothing was overwritten\)",
+    ):
         folder.refuse_results(tmp_path, ["steps*.jsonl"], what="episode results")
 
 
@@ -149,7 +168,9 @@ def test_check_settings_names_the_dotted_keys_that_differ(tmp_path):
     path = folder.write_json(tmp_path / "run.json", {"model": {"spec": "a", "dtype": "fp32"}, "chunk_size": 4})
     folder.check_settings(path, {"model": {"spec": "a", "dtype": "fp32"}, "chunk_size": 4})
     folder.check_settings(tmp_path / "none.json", {"anything": 1})  # no record: nothing to check
-    with pytest.raises(ValueError, match=r"holds a run with other settings \(chunk_size, model\.spec\); use a fresh output_dir"):
+    with pytest.raises(
+        ValueError, match=r"holds a run with other settings \(chunk_size, model\.spec\); use a fresh output_dir"
+    ):
         folder.check_settings(path, {"model": {"spec": "b", "dtype": "fp32"}, "chunk_size": 8})
     folder.write_json(path, {"model": "a"})  # an older record without chunk_size: the default fills it in
     folder.check_settings(path, {"model": "a", "chunk_size": 16}, defaults={"chunk_size": 16})

@@ -10,7 +10,13 @@ from jetgym.scorers.execution import score_independent
 from jetgym.scorers.models import LoadedModel, architecture_kind
 from jetgym.scorers.prompts import EncodedQuestion
 from tiny_models import (
-    ByteTokenizer, random_question, tiny_lfm2, tiny_llama, tiny_mamba2, tiny_qwen3_5, tiny_qwen3_next,
+    ByteTokenizer,
+    random_question,
+    tiny_lfm2,
+    tiny_llama,
+    tiny_mamba2,
+    tiny_qwen3_5,
+    tiny_qwen3_next,
     tiny_qwen3_sliding,
 )
 
@@ -82,10 +88,13 @@ def test_candidate_order_does_not_change_any_score(hybrid):
 def test_two_token_candidates_use_the_in_place_decode_step_and_stay_isolated(hybrid):
     """One fed token takes the single-step kernels that update the working conv/recurrent state in place."""
     rng = random.Random(17)
-    question = EncodedQuestion(tuple(rng.randrange(50) for _ in range(9)),
-                               tuple((rng.randrange(50), rng.randrange(50)) for _ in range(6)))
-    assert max_delta(sequential.score_sequential(hybrid, question).logprobs,
-                     score_independent(hybrid, question).logprobs) < TOLERANCE
+    question = EncodedQuestion(
+        tuple(rng.randrange(50) for _ in range(9)), tuple((rng.randrange(50), rng.randrange(50)) for _ in range(6))
+    )
+    assert (
+        max_delta(sequential.score_sequential(hybrid, question).logprobs, score_independent(hybrid, question).logprobs)
+        < TOLERANCE
+    )
     straight, back = permuted_scores(hybrid, question, 3)
     assert straight == back
 
@@ -154,6 +163,7 @@ def test_unsupported_caches_fail_clearly():
 
 
 # ---------------------------------------------------------------- the jet scorer
+
 
 def tiny_loaded(model, tokenizer, spec="tiny-hybrid") -> LoadedModel:
     return LoadedModel(spec, model, tokenizer, None, architecture_kind(model.config), 512)

@@ -47,7 +47,9 @@ def test_the_agent_answers_with_the_command_string(fake_scorer):
     agent.reset(0)
     act = agent.act(obs, info["candidates"])
     assert act.action in ("go north", "look") and act.action == act.text == act.label
-    assert "Observation: You are in the hall. A corridor leads north." in agent.question(obs, info["candidates"]).context
+    assert (
+        "Observation: You are in the hall. A corridor leads north." in agent.question(obs, info["candidates"]).context
+    )
 
 
 def test_cli_steps_are_logged_by_command(tmp_path):
@@ -55,8 +57,21 @@ def test_cli_steps_are_logged_by_command(tmp_path):
     from jetgym.scripts.episode import run_episodes
 
     out = tmp_path / "rooms"
-    run_episodes(compose("episode", ["env=gym", "env.id=TextRooms-v0", "env.imports=[text_rooms]", "agent=random",
-                                     "video=false", "episodes=3", f"output_dir={out}"]), quiet=True)
+    run_episodes(
+        compose(
+            "episode",
+            [
+                "env=gym",
+                "env.id=TextRooms-v0",
+                "env.imports=[text_rooms]",
+                "agent=random",
+                "video=false",
+                "episodes=3",
+                f"output_dir={out}",
+            ],
+        ),
+        quiet=True,
+    )
     rows = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
     assert rows and all(r["action"] == r["text"] for r in rows)
     assert {r["text"] for r in rows} <= {"go north", "go south", "look", "take key"}
@@ -67,8 +82,20 @@ def test_scorer_rows_carry_probs_by_command(tmp_path, fake_scorer):
     from jetgym.scripts.episode import run_episodes
 
     out = tmp_path / "scored"
-    run_episodes(compose("episode", ["env=gym", "env.id=text_rooms:TextRooms-v0", "scorer.name=fake", "video=false",
-                                     "episodes=1", f"output_dir={out}"]), quiet=True)
+    run_episodes(
+        compose(
+            "episode",
+            [
+                "env=gym",
+                "env.id=text_rooms:TextRooms-v0",
+                "scorer.name=fake",
+                "video=false",
+                "episodes=1",
+                f"output_dir={out}",
+            ],
+        ),
+        quiet=True,
+    )
     rows = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
     assert set(rows[0]["probs"]) == {"go north", "look"}
     assert abs(sum(rows[0]["probs"].values()) - 1) < 1e-6
@@ -111,12 +138,18 @@ def test_commands_key_turns_any_env_into_a_command_env():
     assert env.reset(seed=0)[1]["candidates"].texts == ("wait", "jump")  # distinct, in the env's order
 
 
-@pytest.mark.parametrize("listed,message", [
-    (None, "takes text commands but puts no list in info['moves'] at this step"),
-    ([], "lists no admissible command in info['moves'] at episode 0, step 0 (an env must list at least one command"),
-    (["go", ""], "info['moves'] must be a list of non-empty command strings, got ['go', '']"),
-    ("go north", "info['moves'] must be a list of non-empty command strings, got 'go north'"),
-])
+@pytest.mark.parametrize(
+    "listed,message",
+    [
+        (None, "takes text commands but puts no list in info['moves'] at this step"),
+        (
+            [],
+            "lists no admissible command in info['moves'] at episode 0, step 0 (an env must list at least one command",
+        ),
+        (["go", ""], "info['moves'] must be a list of non-empty command strings, got ['go', '']"),
+        ("go north", "info['moves'] must be a list of non-empty command strings, got 'go north'"),
+    ],
+)
 def test_bad_command_lists_are_errors(listed, message):
     env = CandidateActions(Listing(listed), commands="moves")
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -124,8 +157,13 @@ def test_bad_command_lists_are_errors(listed, message):
 
 
 def test_texts_do_not_apply_to_command_envs():
-    with pytest.raises(ValueError, match=re.escape("its candidates are the commands it lists in "
-                                                   "info['admissible_commands'] at every step, so texts=/labels= do not apply")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "its candidates are the commands it lists in "
+            "info['admissible_commands'] at every step, so texts=/labels= do not apply"
+        ),
+    ):
         CandidateActions(gym.make("TextRooms-v0"), texts=["go north"])
 
 
@@ -166,7 +204,9 @@ def test_textworld_game_gives_commands_and_scores(textworld_game):
 def test_textworld_refuses_a_missing_game(tmp_path):
     pytest.importorskip("textworld")
     missing = tmp_path / "none.z8"
-    with pytest.raises(FileNotFoundError, match=re.escape(f"env.kwargs.game: no TextWorld game at '{missing}'; make one with")):
+    with pytest.raises(
+        FileNotFoundError, match=re.escape(f"env.kwargs.game: no TextWorld game at '{missing}'; make one with")
+    ):
         gym.make("jetgym/TextWorld-v0", game=str(missing))
 
 
@@ -178,7 +218,9 @@ def test_textworld_cleans_the_banner_and_prompt():
 
 
 def test_commands_must_name_an_info_key():
-    with pytest.raises(ValueError, match=re.escape("commands must name the info key that lists the admissible commands, got ''")):
+    with pytest.raises(
+        ValueError, match=re.escape("commands must name the info key that lists the admissible commands, got ''")
+    ):
         CandidateActions(Listing(["x"]), commands="")
 
 
@@ -214,12 +256,15 @@ def test_a_won_or_truncated_step_may_list_no_command():
     assert [(e["length"], e["truncated"]) for e in cut] == [(2, True)] * 2
 
 
-@pytest.mark.parametrize("mode,autoreset", [("sync", "disabled"), ("sync", "next_step"), ("sync", "same_step"),
-                                            ("async", "next_step")])
+@pytest.mark.parametrize(
+    "mode,autoreset", [("sync", "disabled"), ("sync", "next_step"), ("sync", "same_step"), ("async", "next_step")]
+)
 def test_vector_envs_play_games_whose_last_step_lists_nothing(mode, autoreset):
     def rows(env, seed):
-        return [(e["return"], e["length"], e["terminated"]) for e in rollout(env, make_agent("random"), 5, seed=seed,
-                                                                             progress=False)]
+        return [
+            (e["return"], e["length"], e["terminated"])
+            for e in rollout(env, make_agent("random"), 5, seed=seed, progress=False)
+        ]
 
     envs = make_vector_env("TextRooms-v0", 2, mode=mode, autoreset=autoreset, quiet_end=True, moves=4)
     try:
@@ -243,17 +288,33 @@ def test_the_episode_cli_and_cloning_replay_games_whose_last_step_lists_nothing(
 
     for num_envs in (1, 2):
         out = tmp_path / f"envs-{num_envs}"
-        run_episodes(compose("episode", ["env=gym", "env.id=TextRooms-v0", "env.imports=[text_rooms]", "agent=random",
-                                         "env.kwargs={quiet_end: true, moves: 4}", f"env.num_envs={num_envs}",
-                                         "video=false", "episodes=4", "seed=1", f"output_dir={out}"]), quiet=True)
+        run_episodes(
+            compose(
+                "episode",
+                [
+                    "env=gym",
+                    "env.id=TextRooms-v0",
+                    "env.imports=[text_rooms]",
+                    "agent=random",
+                    "env.kwargs={quiet_end: true, moves: 4}",
+                    f"env.num_envs={num_envs}",
+                    "video=false",
+                    "episodes=4",
+                    "seed=1",
+                    f"output_dir={out}",
+                ],
+            ),
+            quiet=True,
+        )
         rows = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
         assert len({r["episode"] for r in rows}) == 4 and any(r["terminated"] for r in rows)
         env = quiet_rooms(moves=4)
         agent = make_agent("scorer", scorer=make_scorer("fake"), env=env, task="Find the key.")
         questions = cloning_questions(out / "steps.jsonl", env, agent)
         assert len(questions) == len(rows)
-        assert [q.candidates[q.gold] for q in questions] == [r["text"] for r in sorted(rows, key=lambda r: (
-            r["episode"], r["step"]))]
+        assert [q.candidates[q.gold] for q in questions] == [
+            r["text"] for r in sorted(rows, key=lambda r: (r["episode"], r["step"]))
+        ]
 
 
 def tiny_text_run(num_envs=2, **rooms):
@@ -262,8 +323,9 @@ def tiny_text_run(num_envs=2, **rooms):
     from jetgym.training.policy import Policy
 
     policy = Policy(tiny_scorer(), LoraOptions(lora_rank=4, lora_alpha=8), seed=0)
-    agent = make_agent("scorer", scorer=policy.scorer, task="Find the key.", describer=lambda o: o[:12],
-                       policy="sample")
+    agent = make_agent(
+        "scorer", scorer=policy.scorer, task="Find the key.", describer=lambda o: o[:12], policy="sample"
+    )
     return policy, [quiet_rooms(**rooms) for _ in range(num_envs)], agent
 
 
@@ -292,8 +354,15 @@ def test_rft_rounds_take_games_whose_last_step_lists_nothing():
     from jetgym.training.options import RFTOptions
 
     policy, envs, agent = tiny_text_run(moves=4)
-    played = rft.play_round(envs, agent, policy.scorer, [5, 6], RFTOptions(group=2, seeds_per_round=2, num_envs=2),
-                            temperature=1.0, episode_seed=0)
+    played = rft.play_round(
+        envs,
+        agent,
+        policy.scorer,
+        [5, 6],
+        RFTOptions(group=2, seeds_per_round=2, num_envs=2),
+        temperature=1.0,
+        episode_seed=0,
+    )
     assert len(played) == 4 and all(1 <= len(e.decisions) <= 4 for e in played)
 
 
@@ -304,8 +373,10 @@ def test_a_step_that_needs_an_action_and_lists_nothing_names_the_episode_and_ste
         env.reset(seed=0)
     for _ in range(4):
         env.step("look")
-    message = ("TextRooms-v0 lists no admissible command in info['admissible_commands'] at episode 2, step 5 (an env "
-               "must list at least one command on every step that is not terminated or truncated)")
+    message = (
+        "TextRooms-v0 lists no admissible command in info['admissible_commands'] at episode 2, step 5 (an env "
+        "must list at least one command on every step that is not terminated or truncated)"
+    )
     with pytest.raises(ValueError, match=re.escape(message)):
         env.step("go north")
     with pytest.raises(ValueError, match=re.escape("info['admissible_commands'] at episode 0, step 1 (an env must")):

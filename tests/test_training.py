@@ -59,8 +59,15 @@ def p_east(policy) -> float:
 
 
 def test_gae_matches_hand_computation():
-    adv, ret = advantages(np.array([1.0, 0.0, 2.0]), np.array([0.5, 0.2, 0.1]), np.array([0.2, 0.1, 9.0]),
-                          np.array([False, False, True]), np.array([False, False, True]), 0.9, 0.5)
+    adv, ret = advantages(
+        np.array([1.0, 0.0, 2.0]),
+        np.array([0.5, 0.2, 0.1]),
+        np.array([0.2, 0.1, 9.0]),
+        np.array([False, False, True]),
+        np.array([False, False, True]),
+        0.9,
+        0.5,
+    )
     d2 = 2.0 - 0.1
     d1 = 0.0 + 0.9 * 0.1 - 0.2
     d0 = 1.0 + 0.9 * 0.2 - 0.5
@@ -87,8 +94,16 @@ def test_same_seed_same_adapter(tmp_path):
     states = []
     for name in ("a", "b"):
         policy, envs, agent = bandit_setup()
-        run_ppo(policy, envs, agent, PPOOptions(num_envs=2, rollout_steps=4, minibatch=4), tmp_path / name,
-                env_steps=16, seed=3, progress=False)
+        run_ppo(
+            policy,
+            envs,
+            agent,
+            PPOOptions(num_envs=2, rollout_steps=4, minibatch=4),
+            tmp_path / name,
+            env_steps=16,
+            seed=3,
+            progress=False,
+        )
         states.append(policy.state())
     assert states[0].keys() == states[1].keys()
     assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
@@ -98,12 +113,23 @@ def test_lora_on_the_last_layers_trains_on_kept_trunk_states(tmp_path):
     policy = Policy(tiny_scorer(), LoraOptions(lora_rank=4, lora_alpha=8, lora_layers=1), seed=0)
     assert policy.trunk is not None and policy.trunk.depth == 1
     assert Policy(tiny_scorer(), LoraOptions(lora_rank=4, lora_alpha=8)).trunk is None  # every layer trained
-    questions = [Question(context=f"item {k}: the colour is", candidates=["red", "tan", "sky"], gold=2, id=str(k))
-                 for k in range(6)]
-    summary = run_sft(policy, questions, SFTOptions(epochs=3, minibatch=3, learning_rate=0.02, lr_schedule="linear"),
-                      tmp_path, held_out=questions[:2], progress=False)
-    rates = [row["learning_rate"] for row in map(json.loads, (tmp_path / "train.jsonl").read_text().splitlines())
-             if "loss" in row]
+    questions = [
+        Question(context=f"item {k}: the colour is", candidates=["red", "tan", "sky"], gold=2, id=str(k))
+        for k in range(6)
+    ]
+    summary = run_sft(
+        policy,
+        questions,
+        SFTOptions(epochs=3, minibatch=3, learning_rate=0.02, lr_schedule="linear"),
+        tmp_path,
+        held_out=questions[:2],
+        progress=False,
+    )
+    rates = [
+        row["learning_rate"]
+        for row in map(json.loads, (tmp_path / "train.jsonl").read_text().splitlines())
+        if "loss" in row
+    ]
     assert rates == pytest.approx([0.02 * (1 - k / 6) for k in range(6)])  # linear decay over the 6 updates
     assert len(policy.trunk.kept) == len(questions)
     kept = policy.evaluate(questions)
@@ -123,8 +149,9 @@ def test_sft_lowers_held_out_gold_nll(tmp_path):
 
     train, held = [question(k) for k in range(20)], [question(k) for k in range(40, 50)]
     assert policy.scorer.decide(held[0]).choice != 2
-    summary = run_sft(policy, train, SFTOptions(epochs=4, minibatch=5, learning_rate=0.02), tmp_path, held_out=held,
-                      progress=False)
+    summary = run_sft(
+        policy, train, SFTOptions(epochs=4, minibatch=5, learning_rate=0.02), tmp_path, held_out=held, progress=False
+    )
     assert summary["held_out_after"]["held_out_gold_nll"] < summary["held_out_before"]["held_out_gold_nll"] - 0.5
     assert summary["held_out_after"]["held_out_accuracy"] == 1.0
 
@@ -188,7 +215,9 @@ def test_resume_after_kill_continues_from_the_checkpoint(tmp_path):
     child.wait()
     pointer = json.loads((out / "checkpoint.json").read_text())
     assert pointer["update"] == 2 and pointer["env_steps"] == 16
-    finished = subprocess.run([sys.executable, str(script), "fast", str(out)], capture_output=True, text=True, timeout=600)
+    finished = subprocess.run(
+        [sys.executable, str(script), "fast", str(out)], capture_output=True, text=True, timeout=600
+    )
     assert finished.returncode == 0, finished.stderr
     rows = [json.loads(line) for line in (out / "train.jsonl").read_text().splitlines()]
     assert [r["update"] for r in rows] == [1, 2, 3, 4, 5]  # updates 1-2 kept, 3-5 run after the restart
@@ -205,9 +234,16 @@ def tiny_model_folder(folder) -> str:
 
     tokenizer = AutoTokenizer.from_pretrained(resolve("smollm2-135m-instruct"))
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         tie_word_embeddings=True)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+    )
     LlamaForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return str(folder)
@@ -220,7 +256,9 @@ def tiny_folder(tmp_path_factory):
 
 def trained_adapter(spec, folder, finetune="lora"):
     """A policy whose trained weights are perturbed (as training would), saved to `folder`."""
-    policy = Policy(make_scorer("jet", model=spec, min_shared_prefix=0), LoraOptions(finetune=finetune, lora_rank=4), seed=1)
+    policy = Policy(
+        make_scorer("jet", model=spec, min_shared_prefix=0), LoraOptions(finetune=finetune, lora_rank=4), seed=1
+    )
     with torch.no_grad():
         for parameter in policy.parameters():
             parameter.add_(torch.randn_like(parameter) * 0.05)
@@ -229,8 +267,10 @@ def trained_adapter(spec, folder, finetune="lora"):
     return policy
 
 
-QUESTIONS = [Question(context="Which way to the goal?", candidates=["move left", "move down", "move right", "move up"]),
-             Question(context="Pick a colour", candidates=[" red", " blue", " red"])]
+QUESTIONS = [
+    Question(context="Which way to the goal?", candidates=["move left", "move down", "move right", "move up"]),
+    Question(context="Pick a colour", candidates=[" red", " blue", " red"]),
+]
 
 
 @pytest.mark.parametrize("finetune", ["lora", "full"])
@@ -272,12 +312,17 @@ def test_bad_adapters_are_refused(tiny_folder, tmp_path):
     meta = tmp_path / "other" / "jetgym_adapter.json"
     data = json.loads(meta.read_text())
     meta.write_text(json.dumps({**data, "base_fingerprint": "0" * 16}))
-    with pytest.raises(AdapterError, match=r"same architecture, but other base weights \(fingerprint 0{16} recorded, "
-                                           r"[0-9a-f]{16} here\): .* load that model, or train again on this one"):
+    with pytest.raises(
+        AdapterError,
+        match=r"same architecture, but other base weights \(fingerprint 0{16} recorded, "
+        r"[0-9a-f]{16} here\): .* load that model, or train again on this one",
+    ):
         make_scorer("jet", model=tiny_folder, adapter=str(tmp_path / "other"))
     shape = {**data["base_shape"], "hidden_size": 4096}
     meta.write_text(json.dumps({**data, "base_fingerprint": "0" * 16, "base_shape": shape}))
-    with pytest.raises(AdapterError, match=r"whose architecture differs \(hidden_size 4096 vs \d+\): load it with model="):
+    with pytest.raises(
+        AdapterError, match=r"whose architecture differs \(hidden_size 4096 vs \d+\): load it with model="
+    ):
         make_scorer("jet", model=tiny_folder, adapter=str(tmp_path / "other"))
     with pytest.raises(ValueError, match="adapter must be the path of an adapter folder, got ''"):
         make_scorer("jet", model=tiny_folder, adapter="")
@@ -290,8 +335,10 @@ def test_an_fp32_trained_adapter_loads_in_bf16(tiny_folder, tmp_path):
     policy = trained_adapter(tiny_folder, tmp_path / "adapter")
     bf16 = make_scorer("jet", model=tiny_folder, adapter=str(tmp_path / "adapter"), placement={"dtype": "bfloat16"})
     assert next(bf16.loaded.model.parameters()).dtype == torch.bfloat16
-    assert base_fingerprint(make_scorer("jet", model=tiny_folder, placement={"dtype": "bfloat16"}).loaded.model) \
+    assert (
+        base_fingerprint(make_scorer("jet", model=tiny_folder, placement={"dtype": "bfloat16"}).loaded.model)
         == policy.fingerprint
+    )
     want = [list(d.logprobs) for d in policy.scorer.decide_many(QUESTIONS)]
     for got, trained in zip(bf16.decide_many(QUESTIONS), want):
         assert list(got.logprobs) == pytest.approx(trained, abs=0.1)  # bf16 rounding of the merged weights
@@ -303,14 +350,36 @@ def test_train_cli_adapter_loads_in_jetgym_episode(tiny_folder, tmp_path):
     from jetgym.scripts.episode import run_episodes
     from jetgym.scripts.train import train
 
-    common = [f"model.spec={tiny_folder}", "env=frozenlake", "env.kwargs.is_slippery=false",
-              "+env.kwargs.max_episode_steps=6"]
-    summary = train(compose("train", common + ["train.env_steps=8", "train.num_envs=2", "train.rollout_steps=4",
-                                               "train.minibatch=4", f"output_dir={tmp_path / 'train'}"]), progress=False)
+    common = [
+        f"model.spec={tiny_folder}",
+        "env=frozenlake",
+        "env.kwargs.is_slippery=false",
+        "+env.kwargs.max_episode_steps=6",
+    ]
+    summary = train(
+        compose(
+            "train",
+            common
+            + [
+                "train.env_steps=8",
+                "train.num_envs=2",
+                "train.rollout_steps=4",
+                "train.minibatch=4",
+                f"output_dir={tmp_path / 'train'}",
+            ],
+        ),
+        progress=False,
+    )
     assert summary["updates"] == 1 and (tmp_path / "train" / "learning_curve.png").stat().st_size > 0
     adapter = tmp_path / "train" / "adapter"
-    run_episodes(compose("episode", common + [f"model.adapter={adapter}", "placement.dtype=float32", "video=false",
-                                              f"output_dir={tmp_path / 'play'}"]), quiet=True)
+    run_episodes(
+        compose(
+            "episode",
+            common
+            + [f"model.adapter={adapter}", "placement.dtype=float32", "video=false", f"output_dir={tmp_path / 'play'}"],
+        ),
+        quiet=True,
+    )
     steps = [json.loads(line) for line in (tmp_path / "play" / "steps.jsonl").read_text().splitlines()]
     in_memory = make_scorer("jet", model=tiny_folder, adapter=str(adapter))
     texts = ["move left", "move down", "move right", "move up"]  # conf/env/frozenlake.yaml, in action order
@@ -320,6 +389,7 @@ def test_train_cli_adapter_loads_in_jetgym_episode(tiny_folder, tmp_path):
     with pytest.raises(ValueError, match="jetgym-train trains the scorer agent: set agent=scorer"):
         compose_train = compose("train", common + ["agent=random", f"output_dir={tmp_path / 'x'}"])
         from jetgym.scripts.config import to_config
+
         to_config(compose_train)
 
 
@@ -344,8 +414,22 @@ def recorded_steps(tiny_folder, out, *extra, env=FROZEN_STILL) -> list[dict]:
     from jetgym.scripts.config import compose
     from jetgym.scripts.episode import run_episodes
 
-    run_episodes(compose("episode", [f"model.spec={tiny_folder}", *env, "agent=random", "episodes=3", "seed=5",
-                                     "video=false", f"output_dir={out}", *extra]), quiet=True)
+    run_episodes(
+        compose(
+            "episode",
+            [
+                f"model.spec={tiny_folder}",
+                *env,
+                "agent=random",
+                "episodes=3",
+                "seed=5",
+                "video=false",
+                f"output_dir={out}",
+                *extra,
+            ],
+        ),
+        quiet=True,
+    )
     return [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
 
 
@@ -370,15 +454,29 @@ def test_behaviour_cloning_replays_the_recorded_episodes(tiny_folder, tmp_path):
         prev.append(row["text"])
         (down, right), (row_, col) = [(0, -1), (1, 0), (0, 1), (-1, 0)][texts.index(row["text"])], divmod(cell, 4)
         cell = 4 * min(max(row_ + down, 0), 3) + min(max(col + right, 0), 3)
-    summary = train(compose("train", [f"model.spec={tiny_folder}", "env=frozenlake", "env.kwargs.is_slippery=false",
-                                      "algorithm=bc", f"train.demonstrations={tmp_path / 'play' / 'steps.jsonl'}",
-                                      "train.minibatch=4", "train.held_out=0.34", f"output_dir={tmp_path / 'bc'}"]),
-                    progress=False)
+    summary = train(
+        compose(
+            "train",
+            [
+                f"model.spec={tiny_folder}",
+                "env=frozenlake",
+                "env.kwargs.is_slippery=false",
+                "algorithm=bc",
+                f"train.demonstrations={tmp_path / 'play' / 'steps.jsonl'}",
+                "train.minibatch=4",
+                "train.held_out=0.34",
+                f"output_dir={tmp_path / 'bc'}",
+            ],
+        ),
+        progress=False,
+    )
     assert summary["train_questions"] + summary["held_out_questions"] == len(rows) and summary["held_out_questions"]
     assert (tmp_path / "bc" / "adapter" / "jetgym_adapter.json").exists()
     assert summary["config"]["train"]["learning_rate"] is None  # unset: the options in effect say what ran
     in_effect = {**dataclasses.asdict(SFTOptions(minibatch=4)), **dataclasses.asdict(LoraOptions())}
-    assert json.loads((tmp_path / "bc" / "summary.json").read_text())["config"]["options"] == json.loads(json.dumps(in_effect))
+    assert json.loads((tmp_path / "bc" / "summary.json").read_text())["config"]["options"] == json.loads(
+        json.dumps(in_effect)
+    )
     with pytest.raises(ValueError, match="algorithm=bc .* needs train.demonstrations=PATH"):
         to_config(compose("train", ["algorithm=bc", f"output_dir={tmp_path / 'x'}"]))
 
@@ -396,9 +494,14 @@ def test_behaviour_cloning_refuses_a_record_it_cannot_replay(tiny_folder, tmp_pa
         with pytest.raises(ValueError, match=match):
             cloning_questions(path, env, agent)
 
-    refused([{**rows[0], "reward": 5.0}] + rows[1:], r"episode 0 step 0: the replay gave reward 0.0, .* where the "
-                                                      r"file has 5.0, .* does not replay this episode from its seed")
-    refused([{**rows[0], "action": "jump"}] + rows[1:], "episode 0 step 0: the recorded action 'jump' is not admissible")
+    refused(
+        [{**rows[0], "reward": 5.0}] + rows[1:],
+        r"episode 0 step 0: the replay gave reward 0.0, .* where the "
+        r"file has 5.0, .* does not replay this episode from its seed",
+    )
+    refused(
+        [{**rows[0], "action": "jump"}] + rows[1:], "episode 0 step 0: the recorded action 'jump' is not admissible"
+    )
     refused([{**rows[0], "seed": None}] + rows[1:], "episode 0 has no seed, so it cannot be replayed")
     refused([{k: v for k, v in rows[0].items() if k != "reward"}], "bad.jsonl:1 lacks reward")
     refused(rows[:1] + rows[2:], "episode 0 skips from step 0 to 2: the file is incomplete")
@@ -421,11 +524,15 @@ def test_behaviour_cloning_keeps_the_episodes_above_min_return(tiny_folder, tmp_
             questions = cloning_questions(path, env, agent, min_return=floor)
             assert {int(q.id.split("/")[1].split("-")[1]) for q in questions} == kept
             assert len(questions) == sum(r["episode"] in kept for r in rows)
-    with pytest.raises(ValueError, match=r"no episode of .*steps.jsonl has a return of at least "
-                                         r"train.min_return=100.0 \(the best has [01]\): lower train.min_return"):
+    with pytest.raises(
+        ValueError,
+        match=r"no episode of .*steps.jsonl has a return of at least "
+        r"train.min_return=100.0 \(the best has [01]\): lower train.min_return",
+    ):
         cloning_questions(path, env, agent, min_return=100.0)
-    with pytest.raises(ValueError, match="train.min_return is a behaviour-cloning option: set it with "
-                                         "algorithm=bc only"):
+    with pytest.raises(
+        ValueError, match="train.min_return is a behaviour-cloning option: set it with algorithm=bc only"
+    ):
         to_config(compose("train", ["train.min_return=0", f"output_dir={tmp_path / 'x'}"]))
 
 
@@ -440,8 +547,9 @@ def test_dagger_relabels_the_replayed_steps_with_the_expert(tiny_folder, tmp_pat
 
     paths = []
     for k in range(2):
-        recorded_steps(tiny_folder, tmp_path / f"play{k}", f"seed={10 * k}",
-                       env=("env=taxi", "env.kwargs.max_episode_steps=12"))
+        recorded_steps(
+            tiny_folder, tmp_path / f"play{k}", f"seed={10 * k}", env=("env=taxi", "env.kwargs.max_episode_steps=12")
+        )
         paths.append(tmp_path / f"play{k}" / "steps.jsonl")
     rows = [[json.loads(line) for line in path.read_text().splitlines()] for path in paths]
     env = make_env(to_config(compose("episode", ["env=taxi"])))
@@ -458,21 +566,36 @@ def test_dagger_relabels_the_replayed_steps_with_the_expert(tiny_folder, tmp_pat
         assert question.candidates[question.gold] == expert
         state, _, _, _, info = env.step(candidates.actions[candidates.labels.index(row["action"])])
     assert sum(q.candidates[q.gold] != r["text"] for q, r in zip(questions, rows[0] + rows[1])) > 0
-    summary = train(compose("train", [f"model.spec={tiny_folder}", "env=taxi", "algorithm=bc", "train.relabel=scripted",
-                                      f"train.demonstrations=[{paths[0]},{paths[1]}]", "train.unique=true",
-                                      "train.minibatch=8", "train.held_out=0.5", f"output_dir={tmp_path / 'bc'}"]),
-                    progress=False)
+    summary = train(
+        compose(
+            "train",
+            [
+                f"model.spec={tiny_folder}",
+                "env=taxi",
+                "algorithm=bc",
+                "train.relabel=scripted",
+                f"train.demonstrations=[{paths[0]},{paths[1]}]",
+                "train.unique=true",
+                "train.minibatch=8",
+                "train.held_out=0.5",
+                f"output_dir={tmp_path / 'bc'}",
+            ],
+        ),
+        progress=False,
+    )
     merged = summary["config"]["unique"]
-    assert summary["train_questions"] + summary["held_out_questions"] + merged["train_repeats_left_out"] \
-        + merged["held_out_repeats_left_out"] == len(questions)
-    bad = {"train.relabel=bogus": "unknown train.relabel 'bogus'; known: scripted, scripted-strafe",
-           "train.relabel=scripted": "train.relabel is a behaviour-cloning option: set it with algorithm=bc only",
-           "train.demonstrations=[]": r"train.demonstrations must be a steps.jsonl path or a non-empty list of them"}
+    assert summary["train_questions"] + summary["held_out_questions"] + merged["train_repeats_left_out"] + merged[
+        "held_out_repeats_left_out"
+    ] == len(questions)
+    bad = {
+        "train.relabel=bogus": "unknown train.relabel 'bogus'; known: scripted, scripted-strafe",
+        "train.relabel=scripted": "train.relabel is a behaviour-cloning option: set it with algorithm=bc only",
+        "train.demonstrations=[]": r"train.demonstrations must be a steps.jsonl path or a non-empty list of them",
+    }
     for override, message in bad.items():
         extra = ["algorithm=bc"] if "demonstrations" in override else []
         with pytest.raises(ValueError, match=message):
             to_config(compose("train", [override, *extra, f"output_dir={tmp_path / 'x'}"]))
-
 
 
 def test_relabel_on_an_env_without_an_expert_names_train_relabel(tiny_folder, tmp_path):
@@ -481,13 +604,24 @@ def test_relabel_on_an_env_without_an_expert_names_train_relabel(tiny_folder, tm
 
     grid = ("env=minigrid_empty_5x5", "+env.kwargs.max_episode_steps=4")  # MiniGrid: no scripted expert
     recorded_steps(tiny_folder, tmp_path / "play", "episodes=1", env=grid)
-    config = compose("train", [f"model.spec={tiny_folder}", *grid, "algorithm=bc", "train.relabel=scripted",
-                               f"train.demonstrations={tmp_path / 'play' / 'steps.jsonl'}", f"output_dir={tmp_path / 'bc'}"])
+    config = compose(
+        "train",
+        [
+            f"model.spec={tiny_folder}",
+            *grid,
+            "algorithm=bc",
+            "train.relabel=scripted",
+            f"train.demonstrations={tmp_path / 'play' / 'steps.jsonl'}",
+            f"output_dir={tmp_path / 'bc'}",
+        ],
+    )
     with pytest.raises(ValueError) as caught:
         train(config, progress=False)
-    assert str(caught.value) == ("train.relabel=scripted relabels with the scripted expert, which plays ViZDoom, Taxi, "
-                                 "FrozenLake and BabyAI envs only, not minigrid:MiniGrid-Empty-5x5-v0: leave "
-                                 "train.relabel unset to clone the recorded actions")
+    assert str(caught.value) == (
+        "train.relabel=scripted relabels with the scripted expert, which plays ViZDoom, Taxi, "
+        "FrozenLake and BabyAI envs only, not minigrid:MiniGrid-Empty-5x5-v0: leave "
+        "train.relabel unset to clone the recorded actions"
+    )
     from jetgym.agents.baselines import ScriptedAgent
     from jetgym.scripts.build import make_env
 
@@ -495,6 +629,7 @@ def test_relabel_on_an_env_without_an_expert_names_train_relabel(tiny_folder, tm
         made = make_env(to_config(compose("episode", [f"env={env}"])))
         assert ScriptedAgent.plays(made) is plays, env
         made.close()
+
 
 def test_scripted_taxi_driver_takes_a_shortest_route():
     """Its episode lengths equal a breadth-first search over the env's own transition table (`P`)."""
@@ -564,9 +699,12 @@ def test_unique_trains_each_distinct_question_once_and_holds_out_only_unseen_one
     assert [x.id for x in kept] == ["a", "b", "d"] and [x.id for x in unseen] == ["f"]
     assert counts == {"train_repeats_left_out": 1, "held_out_repeats_left_out": 2}
     with pytest.raises(ValueError, match="train.unique compares question texts, and question 'i' has images"):
-        distinct_split([Question(context="x", candidates=["a", "b"], images=[np.zeros((2, 2, 3), np.uint8)], id="i")], [])
-    with pytest.raises(ValueError, match="train.unique merges repeated labelled questions: set it with "
-                                         "algorithm=sft or bc only"):
+        distinct_split(
+            [Question(context="x", candidates=["a", "b"], images=[np.zeros((2, 2, 3), np.uint8)], id="i")], []
+        )
+    with pytest.raises(
+        ValueError, match="train.unique merges repeated labelled questions: set it with algorithm=sft or bc only"
+    ):
         to_config(compose("train", ["train.unique=true", f"output_dir={tmp_path}"]))
 
 
@@ -575,10 +713,18 @@ def test_learning_benchmark_rebuilds_the_run_env():
     from jetgym.scripts.bench_learning import env_controls, env_overrides
     from jetgym.scripts.config import compose, to_config
 
-    kwargs = {"map_name": "4x4", "is_slippery": False, "max_episode_steps": None, "desc": ["SFFF", "FHFH", "FFFH", "HFFG"]}
-    run = {"model": {"spec": "smollm2-135m-instruct"}, "scorer": {"name": "jet", "template": "none"},
-           "env": {"id": "FrozenLake-v1", "kwargs": kwargs, "action_texts": ["a", "b", "c", "d"], "task": "Go."},
-           "agent": {"memory": 2, "describer": "auto"}}
+    kwargs = {
+        "map_name": "4x4",
+        "is_slippery": False,
+        "max_episode_steps": None,
+        "desc": ["SFFF", "FHFH", "FFFH", "HFFG"],
+    }
+    run = {
+        "model": {"spec": "smollm2-135m-instruct"},
+        "scorer": {"name": "jet", "template": "none"},
+        "env": {"id": "FrozenLake-v1", "kwargs": kwargs, "action_texts": ["a", "b", "c", "d"], "task": "Go."},
+        "agent": {"memory": 2, "describer": "auto"},
+    }
     config = to_config(compose("episode", ["env=gym", *env_overrides(run)]))
     assert dict(config.env.kwargs) == kwargs and config.env.task == "Go." and config.agent.memory == 2
     assert config.scorer.template == "none" and list(config.env.action_texts) == ["a", "b", "c", "d"]
@@ -613,8 +759,11 @@ def test_learning_benchmark_reads_every_demonstration_file_and_refuses_bad_count
         rows = [{"episode": e, "seed": s} for e, s in zip((0, 1, 1), seeds)]
         (tmp_path / f"{k}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     files = [str(tmp_path / "0.jsonl"), str(tmp_path / "1.jsonl")]
-    assert demonstration_episodes({"algorithm": "bc", "train": {"demonstrations": files}}) == [(0, 0, 1), (0, 1, 2),
-                                                                                                 (1, 0, 1)]
+    assert demonstration_episodes({"algorithm": "bc", "train": {"demonstrations": files}}) == [
+        (0, 0, 1),
+        (0, 1, 2),
+        (1, 0, 1),
+    ]
     assert demonstration_seeds({"algorithm": "bc", "train": {"demonstrations": files}}) == {1, 2}
     assert demonstration_seeds({"algorithm": "bc", "train": {"demonstrations": files[1]}}) == {1}
     assert demonstration_seeds({"algorithm": "ppo", "train": {"demonstrations": None}}) == set()
@@ -631,15 +780,31 @@ def test_learning_benchmark_reads_every_demonstration_file_and_refuses_bad_count
     assert "this run's agent quotes its last 2 actions (agent.memory)" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main([str(tmp_path), "--name", "x", "--stop-loops", "--policy", "sample"])
-    assert "--stop-loops needs the argmax scorer (a sampling one need not repeat a loop): drop --policy sample" \
+    assert (
+        "--stop-loops needs the argmax scorer (a sampling one need not repeat a loop): drop --policy sample"
         in capsys.readouterr().err
+    )
 
 
 def test_training_speed_benchmark_checks_every_method_against_per_candidate(tiny_folder, tmp_path):
     from jetgym.scripts.bench_train import main
 
-    main(["--model", tiny_folder, "--rounds", "1", "--minibatch", "3", "--lora-layers", "1", "--dtypes", "fp32",
-          "--output-dir", str(tmp_path)])
+    main(
+        [
+            "--model",
+            tiny_folder,
+            "--rounds",
+            "1",
+            "--minibatch",
+            "3",
+            "--lora-layers",
+            "1",
+            "--dtypes",
+            "fp32",
+            "--output-dir",
+            str(tmp_path),
+        ]
+    )
     results = json.loads((tmp_path / "train_speed_last_1.json").read_text())
     methods = ("packed", "per-candidate", "kept-trunk")
     assert set(results["timings"]) == {f"{m}/fp32 {w}" for m in methods for w in ("frozenlake", "taxi")}
@@ -660,16 +825,41 @@ def test_learning_benchmark_plays_several_training_seeds_on_the_same_held_out_se
     recorded_steps(tiny_folder, tmp_path / "play")
     runs = [tmp_path / f"bc{seed}" for seed in (0, 1)]
     for seed, out in enumerate(runs):
-        train(compose("train", [f"model.spec={tiny_folder}", *FROZEN_STILL, "algorithm=bc", "train.minibatch=4",
-                                f"train.demonstrations={tmp_path / 'play' / 'steps.jsonl'}", "train.held_out=0.34",
-                                f"seed={seed}", f"output_dir={out}"]), progress=False)
-    main([*map(str, runs), "--name", "two-seeds", "--episodes", "3", "--tuning-episodes", "1",
-          "--output-dir", str(tmp_path / "bench")])
+        train(
+            compose(
+                "train",
+                [
+                    f"model.spec={tiny_folder}",
+                    *FROZEN_STILL,
+                    "algorithm=bc",
+                    "train.minibatch=4",
+                    f"train.demonstrations={tmp_path / 'play' / 'steps.jsonl'}",
+                    "train.held_out=0.34",
+                    f"seed={seed}",
+                    f"output_dir={out}",
+                ],
+            ),
+            progress=False,
+        )
+    main(
+        [
+            *map(str, runs),
+            "--name",
+            "two-seeds",
+            "--episodes",
+            "3",
+            "--tuning-episodes",
+            "1",
+            "--output-dir",
+            str(tmp_path / "bench"),
+        ]
+    )
     results = json.loads((tmp_path / "bench" / "train_two_seeds.json").read_text())
     agents, mean = results["agents"], "trained (mean of 2 seeds)"
     assert {"trained (seed 0)", "trained (seed 1)", mean, "zero-shot", "random"} <= set(agents)
-    assert agents[mean]["returns"] == [(a + b) / 2 for a, b in zip(agents["trained (seed 0)"]["returns"],
-                                                                   agents["trained (seed 1)"]["returns"])]
+    assert agents[mean]["returns"] == [
+        (a + b) / 2 for a, b in zip(agents["trained (seed 0)"]["returns"], agents["trained (seed 1)"]["returns"])
+    ]
     assert {f"{mine} - random" for mine in ("trained (seed 0)", "trained (seed 1)", mean)} <= set(results["paired"])
     assert [t["seed"] for t in results["training"]] == [0, 1] and "seeds 1" in capsys.readouterr().out
     summary = json.loads((runs[1] / "summary.json").read_text())
@@ -677,7 +867,10 @@ def test_learning_benchmark_plays_several_training_seeds_on_the_same_held_out_se
     (runs[1] / "summary.json").write_text(json.dumps(summary))
     with pytest.raises(SystemExit):
         main([*map(str, runs), "--name", "x"])
-    assert "run 2 differs from run 1 in 'train': pass runs that differ only in their training seed" in capsys.readouterr().err
+    assert (
+        "run 2 differs from run 1 in 'train': pass runs that differ only in their training seed"
+        in capsys.readouterr().err
+    )
     for run in runs:
         (run / "summary.json").write_text(json.dumps({"config": {"algorithm": "sft"}}))
     with pytest.raises(SystemExit):
@@ -690,7 +883,9 @@ def test_bf16_autocast_is_refused_on_a_cpu_without_native_bf16(monkeypatch, tmp_
     from jetgym.scripts.config import compose, to_config
 
     monkeypatch.setattr(config, "cpu_has_native_bf16", lambda: False)
-    with pytest.raises(ValueError, match="train.autocast=true on a CPU without native bf16 .* leave train.autocast=false"):
+    with pytest.raises(
+        ValueError, match="train.autocast=true on a CPU without native bf16 .* leave train.autocast=false"
+    ):
         to_config(compose("train", ["train.autocast=true", f"output_dir={tmp_path}"]))
     monkeypatch.setattr(config, "cpu_has_native_bf16", lambda: True)
     assert to_config(compose("train", ["train.autocast=true", f"output_dir={tmp_path}"])).train.autocast
@@ -703,18 +898,47 @@ def test_learning_benchmark_reports_an_rft_run_beside_sb3_on_the_same_held_out_s
     from jetgym.scripts.train import train
 
     out = tmp_path / "rft"  # a 1x2 lake, 2 moves: the goal is one move right, so a group's returns differ
-    train(compose("train", [f"model.spec={tiny_folder}", *FROZEN_STILL, "+env.kwargs.desc=[SG]",
-                            "+env.kwargs.max_episode_steps=2", "algorithm=rft",
-                            "train.env_steps=40",
-                            "train.group=4", "train.seeds_per_round=2", "train.num_envs=2", "train.updates=1",
-                            "train.minibatch=2", "train.keep=top:0.5", f"output_dir={out}"]), progress=False)
-    main([str(out), "--name", "rft-tiny", "--episodes", "3", "--tuning-episodes", "1", "--sb3",
-          "--output-dir", str(tmp_path / "bench")])
+    train(
+        compose(
+            "train",
+            [
+                f"model.spec={tiny_folder}",
+                *FROZEN_STILL,
+                "+env.kwargs.desc=[SG]",
+                "+env.kwargs.max_episode_steps=2",
+                "algorithm=rft",
+                "train.env_steps=40",
+                "train.group=4",
+                "train.seeds_per_round=2",
+                "train.num_envs=2",
+                "train.updates=1",
+                "train.minibatch=2",
+                "train.keep=top:0.5",
+                f"output_dir={out}",
+            ],
+        ),
+        progress=False,
+    )
+    main(
+        [
+            str(out),
+            "--name",
+            "rft-tiny",
+            "--episodes",
+            "3",
+            "--tuning-episodes",
+            "1",
+            "--sb3",
+            "--output-dir",
+            str(tmp_path / "bench"),
+        ]
+    )
     results = json.loads((tmp_path / "bench" / "train_rft_tiny.json").read_text())
     (sb3,) = [name for name in results["agents"] if name.startswith("SB3 PPO, MLP (")]
     assert sb3 == "SB3 PPO, MLP (2048 env steps)"  # one whole SB3 rollout: it cannot stop at 40
-    direct = bench_sb3.play("FrozenLake-v1", results_env(out), bench_sb3.train("FrozenLake-v1", results_env(out), 40, 0),
-                            range(3))
+    direct = bench_sb3.play(
+        "FrozenLake-v1", results_env(out), bench_sb3.train("FrozenLake-v1", results_env(out), 40, 0), range(3)
+    )
     assert results["agents"][sb3]["returns"] == [e["return"] for e in direct]
     assert f"trained - {sb3}" in results["paired"] and results["training"][0]["rounds"] >= 1
     text = capsys.readouterr().out
@@ -722,16 +946,44 @@ def test_learning_benchmark_reports_an_rft_run_beside_sb3_on_the_same_held_out_s
     assert "Training seconds per round" in text and " --sb3`" in text
     sampled = []
     for k in range(2):  # the scorers draw from q, seeded by each episode's seed: the same draws again
-        main([str(out), "--name", "rft-tiny", "--episodes", "3", "--tuning-episodes", "1", "--policy", "sample",
-              "--output-dir", str(tmp_path / f"sampled{k}")])
+        main(
+            [
+                str(out),
+                "--name",
+                "rft-tiny",
+                "--episodes",
+                "3",
+                "--tuning-episodes",
+                "1",
+                "--policy",
+                "sample",
+                "--output-dir",
+                str(tmp_path / f"sampled{k}"),
+            ]
+        )
         agents = json.loads((tmp_path / f"sampled{k}" / "train_rft_tiny.json").read_text())["agents"]
         sampled.append([agents[a]["returns"] for a in ("trained", "zero-shot")])
     assert sampled[0] == sampled[1]
     assert " --policy sample`" in capsys.readouterr().out
-    main([str(out), "--name", "rft-tiny", "--episodes", "1", "--tuning-episodes", "1", "--seed", "100",
-          "--output-dir", str(tmp_path / "later")])
-    assert "--episodes 1 --seed 100`" in capsys.readouterr().out and "Held-out seeds 100..100" in \
-        (tmp_path / "later" / "train_rft_tiny.md").read_text()
+    main(
+        [
+            str(out),
+            "--name",
+            "rft-tiny",
+            "--episodes",
+            "1",
+            "--tuning-episodes",
+            "1",
+            "--seed",
+            "100",
+            "--output-dir",
+            str(tmp_path / "later"),
+        ]
+    )
+    assert (
+        "--episodes 1 --seed 100`" in capsys.readouterr().out
+        and "Held-out seeds 100..100" in (tmp_path / "later" / "train_rft_tiny.md").read_text()
+    )
 
 
 def results_env(run) -> dict:
@@ -741,9 +993,15 @@ def results_env(run) -> dict:
 def test_learning_benchmark_reads_a_setting_missing_from_an_older_run_as_null():
     from jetgym.scripts.bench_learning import same_configuration
 
-    older, newer = {"env": {"id": "FrozenLake-v1"}, "seed": 0}, {"env": {"id": "FrozenLake-v1", "discretize": None}, "seed": 1}
+    older, newer = (
+        {"env": {"id": "FrozenLake-v1"}, "seed": 0},
+        {"env": {"id": "FrozenLake-v1", "discretize": None}, "seed": 1},
+    )
     assert same_configuration([older, newer]) is None
-    assert same_configuration([older, {"env": {"id": "FrozenLake-v1", "discretize": 3}}]) == "run 2 differs from run 1 in 'env'"
+    assert (
+        same_configuration([older, {"env": {"id": "FrozenLake-v1", "discretize": 3}}])
+        == "run 2 differs from run 1 in 'env'"
+    )
 
 
 def test_learning_benchmark_reads_an_option_missing_from_an_older_run_at_its_default():

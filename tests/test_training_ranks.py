@@ -62,8 +62,13 @@ def test_one_process_shards_are_everything():
 
 
 def torchrun(command: list[str], nproc: int = 2) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "torchrun"), "--standalone", f"--nproc-per-node={nproc}", "--no-python", *command],
-                          env=ENV, capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        [str(BIN / "torchrun"), "--standalone", f"--nproc-per-node={nproc}", "--no-python", *command],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 def tensors(folder: Path) -> dict[str, torch.Tensor]:
@@ -86,15 +91,18 @@ def assert_same_adapter(a: Path, b: Path) -> None:
 def test_two_ranks_train_the_one_process_adapter(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT.format(tests=os.path.dirname(__file__)))
-    one = subprocess.run([sys.executable, str(script), str(tmp_path / "one")], env=ENV, capture_output=True, text=True,
-                         timeout=900)
+    one = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "one")], env=ENV, capture_output=True, text=True, timeout=900
+    )
     assert one.returncode == 0, one.stderr[-3000:]
     two = torchrun([sys.executable, str(script), str(tmp_path / "two")])
     assert two.returncode == 0, two.stderr[-3000:]
     for algorithm in ("ppo", "sft"):
         assert_same_adapter(tmp_path / "one" / algorithm / "adapter", tmp_path / "two" / algorithm / "adapter")
-        rows = [[json.loads(line) for line in (tmp_path / run / algorithm / "train.jsonl").read_text().splitlines()]
-                for run in ("one", "two")]
+        rows = [
+            [json.loads(line) for line in (tmp_path / run / algorithm / "train.jsonl").read_text().splitlines()]
+            for run in ("one", "two")
+        ]
         assert len(rows[0]) == len(rows[1]) > 1
         for a, b in zip(*rows):  # the same rollouts (returns, episodes) and the same losses
             for key in ("episodes", "mean_return", "policy_loss", "value_loss", "entropy", "loss", "held_out_gold_nll"):
@@ -108,10 +116,23 @@ def test_jetgym_train_under_torchrun(tmp_path):
     from test_training import tiny_model_folder
 
     folder = tiny_model_folder(tmp_path / "model")
-    args = [f"model.spec={folder}", "env=frozenlake", "env.kwargs.is_slippery=false", "+env.kwargs.max_episode_steps=5",
-            "train.env_steps=16", "train.num_envs=2", "train.rollout_steps=4", "train.minibatch=3"]
-    one = subprocess.run([str(BIN / "jetgym-train"), *args, f"output_dir={tmp_path / 'one'}"], env=ENV,
-                         capture_output=True, text=True, timeout=900)
+    args = [
+        f"model.spec={folder}",
+        "env=frozenlake",
+        "env.kwargs.is_slippery=false",
+        "+env.kwargs.max_episode_steps=5",
+        "train.env_steps=16",
+        "train.num_envs=2",
+        "train.rollout_steps=4",
+        "train.minibatch=3",
+    ]
+    one = subprocess.run(
+        [str(BIN / "jetgym-train"), *args, f"output_dir={tmp_path / 'one'}"],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert one.returncode == 0, one.stderr[-3000:]
     two = torchrun([str(BIN / "jetgym-train"), *args, f"output_dir={tmp_path / 'two'}"])
     assert two.returncode == 0, two.stderr[-3000:]

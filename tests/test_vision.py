@@ -53,8 +53,12 @@ def qwen2_vl_processor(tokenizer, patch_size: int = 14):
             super().__init__(image_processor, tokenizer, chat_template=chat_template, **kwargs)
 
     # patches merged 2x2, sides rounded to whole merged patches: 56x56 -> 4 visual tokens, 84x84 -> 9, 56x84 -> 6
-    images = Qwen2VLImageProcessorPil(size={"shortest_edge": 28 * 28, "longest_edge": 96 * 96}, patch_size=patch_size,
-                                      merge_size=2, temporal_patch_size=2)
+    images = Qwen2VLImageProcessorPil(
+        size={"shortest_edge": 28 * 28, "longest_edge": 96 * 96},
+        patch_size=patch_size,
+        merge_size=2,
+        temporal_patch_size=2,
+    )
     return ImageOnlyQwen2VLProcessor(image_processor=images, tokenizer=tokenizer, chat_template=TEMPLATE)
 
 
@@ -66,14 +70,35 @@ def tiny_qwen2_vl(tokenizer):
     # large initial weights and a short rope period make scores sensitive to positions: 3D rope positions
     # that went wrong after the cached prefix (a stale offset from another question) fail the equivalence
     config = Qwen2VLConfig(
-        text_config=dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         rope_parameters={"rope_type": "default", "mrope_section": [1, 1, 2], "rope_theta": 100.0},
-                         initializer_range=0.2, bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id),
-        vision_config=dict(depth=1, embed_dim=32, hidden_size=32, num_heads=2, mlp_ratio=2, patch_size=14,
-                           spatial_merge_size=2, temporal_patch_size=2, in_channels=3, initializer_range=0.2),
-        image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
-        vision_start_token_id=ids("<|vision_start|>"), initializer_range=0.2,
+        text_config=dict(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=512,
+            rope_parameters={"rope_type": "default", "mrope_section": [1, 1, 2], "rope_theta": 100.0},
+            initializer_range=0.2,
+            bos_token_id=tokenizer.eos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        ),
+        vision_config=dict(
+            depth=1,
+            embed_dim=32,
+            hidden_size=32,
+            num_heads=2,
+            mlp_ratio=2,
+            patch_size=14,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            in_channels=3,
+            initializer_range=0.2,
+        ),
+        image_token_id=ids("<|image_pad|>"),
+        video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"),
+        initializer_range=0.2,
     )
     return Qwen2VLForConditionalGeneration(config).eval()
 
@@ -81,15 +106,42 @@ def tiny_qwen2_vl(tokenizer):
 def _qwen3_configs(tokenizer) -> tuple[dict, dict, dict]:
     """Text, vision and token settings shared by the tiny Qwen3-VL and Qwen3.5 models (see tiny_qwen2_vl)."""
     ids = tokenizer.convert_tokens_to_ids
-    text = dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_attention_heads=4,
-                num_key_value_heads=2, head_dim=8, max_position_embeddings=512, initializer_range=0.2,
-                bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
-                rope_parameters={"rope_type": "default", "mrope_section": [1, 1, 2], "rope_theta": 100.0,
-                                 "mrope_interleaved": True})
-    vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=16, spatial_merge_size=2,
-                  temporal_patch_size=2, out_hidden_size=32, num_position_embeddings=16, initializer_range=0.2)
-    tokens = dict(image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
-                  vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"))
+    text = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=512,
+        initializer_range=0.2,
+        bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        rope_parameters={
+            "rope_type": "default",
+            "mrope_section": [1, 1, 2],
+            "rope_theta": 100.0,
+            "mrope_interleaved": True,
+        },
+    )
+    vision = dict(
+        depth=2,
+        hidden_size=32,
+        intermediate_size=64,
+        num_heads=2,
+        patch_size=16,
+        spatial_merge_size=2,
+        temporal_patch_size=2,
+        out_hidden_size=32,
+        num_position_embeddings=16,
+        initializer_range=0.2,
+    )
+    tokens = dict(
+        image_token_id=ids("<|image_pad|>"),
+        video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"),
+        vision_end_token_id=ids("<|vision_end|>"),
+    )
     return text, vision, tokens
 
 
@@ -99,8 +151,9 @@ def tiny_qwen3_vl(tokenizer):
 
     torch.manual_seed(8)
     text, vision, tokens = _qwen3_configs(tokenizer)
-    config = Qwen3VLConfig(text_config=dict(text, num_hidden_layers=2),
-                           vision_config=dict(vision, deepstack_visual_indexes=[0]), **tokens)
+    config = Qwen3VLConfig(
+        text_config=dict(text, num_hidden_layers=2), vision_config=dict(vision, deepstack_visual_indexes=[0]), **tokens
+    )
     return Qwen3VLForConditionalGeneration(config).eval()
 
 
@@ -112,10 +165,20 @@ def tiny_qwen3_5_vl(tokenizer):
     text, vision, tokens = _qwen3_configs(tokenizer)
     layer_types = ["linear_attention", "full_attention", "linear_attention"]
     config = Qwen3_5Config(
-        text_config=dict(text, num_hidden_layers=3, layer_types=layer_types, linear_num_key_heads=2,
-                         linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8,
-                         linear_conv_kernel_dim=4, partial_rotary_factor=1.0),
-        vision_config=vision, **tokens)
+        text_config=dict(
+            text,
+            num_hidden_layers=3,
+            layer_types=layer_types,
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            linear_key_head_dim=8,
+            linear_value_head_dim=8,
+            linear_conv_kernel_dim=4,
+            partial_rotary_factor=1.0,
+        ),
+        vision_config=vision,
+        **tokens,
+    )
     return Qwen3_5ForConditionalGeneration(config).eval()
 
 
@@ -127,8 +190,14 @@ def loaded(request):
     build, patch_size = FAMILIES[request.param]
     tokenizer = byte_tokenizer()
     model = build(tokenizer)
-    return LoadedModel(f"tiny-{request.param}", model, tokenizer, qwen2_vl_processor(tokenizer, patch_size),
-                       architecture_kind(model.config), 512)
+    return LoadedModel(
+        f"tiny-{request.param}",
+        model,
+        tokenizer,
+        qwen2_vl_processor(tokenizer, patch_size),
+        architecture_kind(model.config),
+        512,
+    )
 
 
 def picture(seed: int, size=(56, 56)) -> np.ndarray:
@@ -145,8 +214,11 @@ def questions() -> list[Question]:
         Question("What should the player do?", CANDIDATES, images=(picture(0, (84, 84)),)),
         Question("Same scene, two views.", ("left", "right", "x"), images=(picture(1), picture(2, (56, 84)))),
         Question("No picture this time: pick one.", ("yes", "no", "maybe so")),
-        Question((dict(role="system", content="You play Doom."), dict(role="user", content="Act.")),
-                 CANDIDATES[:3], images=(picture(3),)),
+        Question(
+            (dict(role="system", content="You play Doom."), dict(role="user", content="Act.")),
+            CANDIDATES[:3],
+            images=(picture(3),),
+        ),
         Question("Binary?", kind="binary", images=(picture(4),)),
     ]
 
@@ -168,19 +240,27 @@ def test_prefix_reuse_equals_independent(loaded):
 
 def test_visual_tokens_in_usage_and_window(loaded):
     scorer = make_scorer("jet", model=loaded)
-    small, large, two, text = scorer.decide_many([
-        Question("Look.", ("ok",), images=(picture(0),)),
-        Question("Look.", ("ok",), images=(picture(0, (84, 84)),)),
-        Question("Look.", ("ok",), images=(picture(0), picture(1, (84, 84)))),
-        Question("Look.", ("ok",)),
-    ])
-    assert (small.usage.image_tokens, large.usage.image_tokens, two.usage.image_tokens, text.usage.image_tokens) == (4, 9, 13, 0)
+    small, large, two, text = scorer.decide_many(
+        [
+            Question("Look.", ("ok",), images=(picture(0),)),
+            Question("Look.", ("ok",), images=(picture(0, (84, 84)),)),
+            Question("Look.", ("ok",), images=(picture(0), picture(1, (84, 84)))),
+            Question("Look.", ("ok",)),
+        ]
+    )
+    assert (small.usage.image_tokens, large.usage.image_tokens, two.usage.image_tokens, text.usage.image_tokens) == (
+        4,
+        9,
+        13,
+        0,
+    )
     assert large.usage.prefix_tokens - small.usage.prefix_tokens == 5  # the visual tokens are prefix tokens
     assert small.usage.prefix_tokens - text.usage.prefix_tokens == 4 + 2  # + vision start/end markers
     # a window that holds the text question but not its image
     window = text.usage.prefix_tokens + 3
-    narrow = make_scorer("jet", model=LoadedModel("narrow", loaded.model, loaded.tokenizer, loaded.processor,
-                                                    "vision", window))
+    narrow = make_scorer(
+        "jet", model=LoadedModel("narrow", loaded.model, loaded.tokenizer, loaded.processor, "vision", window)
+    )
     narrow.decide(Question("Look.", ("ok",)))
     with pytest.raises(ValueError, match=r"\(9 of them image tokens\).*exceeds the model window"):
         narrow.decide(Question("Look.", ("ok",), images=(picture(0, (84, 84)),)))
@@ -199,8 +279,10 @@ def test_array_pil_and_path_give_the_same_scores(loaded, tmp_path):
     path = tmp_path / "frame.png"
     Image.fromarray(pixels).save(path)
     scorer = make_scorer("jet", model=loaded)
-    scores = [scorer.decide(Question("What now?", ("go", "stop"), images=(image,))).logprobs
-              for image in (pixels, Image.fromarray(pixels), str(path), path)]
+    scores = [
+        scorer.decide(Question("What now?", ("go", "stop"), images=(image,))).logprobs
+        for image in (pixels, Image.fromarray(pixels), str(path), path)
+    ]
     assert all(s == scores[0] for s in scores)
 
 

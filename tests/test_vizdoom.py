@@ -57,11 +57,28 @@ def test_env_checker_passes(env):
 
 
 def test_action_table_matches_buttons_by_name(env):
-    assert [c.label for c in CONTROLS] == ["noop", "move_forward", "move_backward", "turn_left", "turn_right",
-                                         "strafe_left", "strafe_right", "attack", "use"]
-    expected = {"noop": set(), "move_forward": {"MOVE_FORWARD"}, "move_backward": {"MOVE_BACKWARD"},
-                "turn_left": {"TURN_LEFT"}, "turn_right": {"TURN_RIGHT"}, "strafe_left": {"MOVE_LEFT"},
-                "strafe_right": {"MOVE_RIGHT"}, "attack": {"ATTACK"}, "use": {"USE"}}
+    assert [c.label for c in CONTROLS] == [
+        "noop",
+        "move_forward",
+        "move_backward",
+        "turn_left",
+        "turn_right",
+        "strafe_left",
+        "strafe_right",
+        "attack",
+        "use",
+    ]
+    expected = {
+        "noop": set(),
+        "move_forward": {"MOVE_FORWARD"},
+        "move_backward": {"MOVE_BACKWARD"},
+        "turn_left": {"TURN_LEFT"},
+        "turn_right": {"TURN_RIGHT"},
+        "strafe_left": {"MOVE_LEFT"},
+        "strafe_right": {"MOVE_RIGHT"},
+        "attack": {"ATTACK"},
+        "use": {"USE"},
+    }
     for order in (list(BUTTONS), list(reversed(BUTTONS))):  # any engine order maps by name
         for control, vector in zip(CONTROLS, DoomEnv.action_vectors(order)):
             assert {b for b, v in zip(order, vector) if v} == expected[control.label]
@@ -154,7 +171,10 @@ def test_crash_between_episodes_is_survived(env):
 @pytest.mark.parametrize(
     "kwargs,message",
     [
-        ({"scenario": "defend_the_centre"}, r"unknown ViZDoom scenario \(env.kwargs.scenario\) 'defend_the_centre'; known: basic, .*defend_the_center"),
+        (
+            {"scenario": "defend_the_centre"},
+            r"unknown ViZDoom scenario \(env.kwargs.scenario\) 'defend_the_centre'; known: basic, .*defend_the_center",
+        ),
         ({"frame_skip": 0}, "frame_skip must be >= 1"),
         ({"episode_timeout": 0}, "episode_timeout must be >= 1"),
         ({"render_mode": "human"}, "unknown render_mode 'human'"),
@@ -250,8 +270,19 @@ def test_stopping_jetgym_episode_leaves_no_engine(tmp_path, stop):
     import sys
     import time
 
-    runner = subprocess.Popen([sys.executable, "-m", "jetgym.scripts.episode", "agent=random", "episodes=1000",
-                               "video=false", f"output_dir={tmp_path}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    runner = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jetgym.scripts.episode",
+            "agent=random",
+            "episodes=1000",
+            "video=false",
+            f"output_dir={tmp_path}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 90
         while not engine_processes(runner.pid) and time.monotonic() < deadline and runner.poll() is None:
@@ -261,7 +292,9 @@ def test_stopping_jetgym_episode_leaves_no_engine(tmp_path, stop):
         time.sleep(0.5)  # a few steps in
         runner.send_signal(stop)
         runner.wait(timeout=10)
-        assert all(wait_gone(pid) for pid in engines), f"engine(s) {engines} outlived jetgym-episode stopped by {stop.name}"
+        assert all(wait_gone(pid) for pid in engines), (
+            f"engine(s) {engines} outlived jetgym-episode stopped by {stop.name}"
+        )
     finally:
         if runner.poll() is None:
             runner.kill()

@@ -13,16 +13,25 @@ pytest.importorskip("vizdoom")
 gym = pytest.importorskip("gymnasium")
 
 import jetgym.envs  # noqa: E402,F401  (registers the ids)
-from jetgym.envs.vizdoom.env import (CONTROLS, NEUTRAL_BRIEFING, SCENARIOS, UNPLAYABLE, DoomEnv, bundled_scenarios,  # noqa: E402
-                                 scenarios_dir)
+from jetgym.envs.vizdoom.env import (  # noqa: E402
+    CONTROLS,
+    NEUTRAL_BRIEFING,
+    SCENARIOS,
+    UNPLAYABLE,
+    DoomEnv,
+    bundled_scenarios,
+    scenarios_dir,
+)
 
 
 def user_scenario(folder, variables: str = "HEALTH KILLCOUNT AMMO2", extra: str = "") -> str:
     """A user's cfg in its own folder: basic's map copied as my_map.wad, named relatively."""
     shutil.copy(os.path.join(scenarios_dir(), "basic.wad"), folder / "my_map.wad")
     cfg = folder / "my.cfg"
-    cfg.write_text(f"doom_scenario_path = my_map.wad\nepisode_timeout = 100\navailable_game_variables = {{ {variables} }}\n"
-                   f"available_buttons = {{ ATTACK }}\n{extra}")
+    cfg.write_text(
+        f"doom_scenario_path = my_map.wad\nepisode_timeout = 100\navailable_game_variables = {{ {variables} }}\n"
+        f"available_buttons = {{ ATTACK }}\n{extra}"
+    )
     return str(cfg)
 
 
@@ -35,8 +44,11 @@ def play(env, steps: int = 3):
 
 def test_every_bundled_cfg_is_listed():
     names = bundled_scenarios()
-    assert set(SCENARIOS) <= set(names) and "defend_the_line" in names and len(names) == len(
-        [n for n in os.listdir(scenarios_dir()) if n.endswith(".cfg")])
+    assert (
+        set(SCENARIOS) <= set(names)
+        and "defend_the_line" in names
+        and len(names) == len([n for n in os.listdir(scenarios_dir()) if n.endswith(".cfg")])
+    )
 
 
 def test_a_bundled_scenario_by_name_shows_its_cfg_variables():
@@ -79,8 +91,20 @@ def test_the_cli_plays_a_users_cfg(tmp_path):
 
     cfg = user_scenario(tmp_path)
     out = tmp_path / "run"
-    run_episodes(compose("episode", ["env=doom", f"env.kwargs.config={cfg}", "env.kwargs.episode_timeout=20",
-                                     "agent=random", "video=false", f"output_dir={out}"]), quiet=True)
+    run_episodes(
+        compose(
+            "episode",
+            [
+                "env=doom",
+                f"env.kwargs.config={cfg}",
+                "env.kwargs.episode_timeout=20",
+                "agent=random",
+                "video=false",
+                f"output_dir={out}",
+            ],
+        ),
+        quiet=True,
+    )
     rows = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
     assert rows and set(rows[0]["status"]) == {"health", "kills", "ammo2"}
 
@@ -93,11 +117,17 @@ def test_a_cfg_the_engine_cannot_load_is_refused_with_its_message(tmp_path):
     assert "Syntax error in line #1" in str(error.value)  # the engine's own words
 
 
-@pytest.mark.parametrize("case,message", [
-    ("missing", "env.kwargs.config: no ViZDoom config at {folder}/nowhere.cfg"),
-    ("no_wad", "the ViZDoom config {folder}/my.cfg names doom_scenario_path {folder}/my_map.wad, which does not exist: put the .wad beside the cfg"),
-    ("no_iwad", "names doom_game_path {folder}/mygame.wad, which does not exist"),
-])
+@pytest.mark.parametrize(
+    "case,message",
+    [
+        ("missing", "env.kwargs.config: no ViZDoom config at {folder}/nowhere.cfg"),
+        (
+            "no_wad",
+            "the ViZDoom config {folder}/my.cfg names doom_scenario_path {folder}/my_map.wad, which does not exist: put the .wad beside the cfg",
+        ),
+        ("no_iwad", "names doom_game_path {folder}/mygame.wad, which does not exist"),
+    ],
+)
 def test_missing_files_are_named(tmp_path, case, message):
     if case == "missing":
         config = tmp_path / "nowhere.cfg"
@@ -109,12 +139,18 @@ def test_missing_files_are_named(tmp_path, case, message):
         DoomEnv(config=str(config))
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    ({"scenario": "defend_the_lines"}, "unknown ViZDoom scenario (env.kwargs.scenario) 'defend_the_lines'"),
-    ({"scenario": "cig"}, "the bundled ViZDoom scenario 'cig' cannot be played here: a multiplayer map"),
-    ({"scenario": "basic", "config": "/x/my.cfg"}, "give env.kwargs.scenario ('basic') or env.kwargs.config ('/x/my.cfg'), not both"),
-    ({"briefing": "  "}, "env.kwargs.briefing must be a non-empty text or null, got '  '"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"scenario": "defend_the_lines"}, "unknown ViZDoom scenario (env.kwargs.scenario) 'defend_the_lines'"),
+        ({"scenario": "cig"}, "the bundled ViZDoom scenario 'cig' cannot be played here: a multiplayer map"),
+        (
+            {"scenario": "basic", "config": "/x/my.cfg"},
+            "give env.kwargs.scenario ('basic') or env.kwargs.config ('/x/my.cfg'), not both",
+        ),
+        ({"briefing": "  "}, "env.kwargs.briefing must be a non-empty text or null, got '  '"),
+    ],
+)
 def test_bad_scenario_arguments(kwargs, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         DoomEnv(**kwargs)

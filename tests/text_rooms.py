@@ -16,8 +16,11 @@ from gymnasium import spaces
 
 CHARS = string.ascii_letters + string.digits + " .,'"
 COMMANDS = {0: ["go north", "look"], 1: ["go north", "go south", "look"], 2: ["take key", "go south", "look"]}
-ROOMS = {0: "You are in the hall. A corridor leads north.", 1: "You are in a corridor. The hall is south, a vault north.",
-         2: "You are in the vault. A key lies on the floor. The corridor is south."}
+ROOMS = {
+    0: "You are in the hall. A corridor leads north.",
+    1: "You are in a corridor. The hall is south, a vault north.",
+    2: "You are in the vault. A key lies on the floor. The corridor is south.",
+}
 
 
 class TextRooms(gym.Env):
@@ -44,8 +47,13 @@ class TextRooms(gym.Env):
         self.moved += 1
         won = action == "take key"
         out = not won and self.moves is not None and self.moved >= self.moves
-        return (("You take the key. You win." if won else ROOMS[self.room]), float(won), won, out,
-                self._info(won or out))
+        return (
+            ("You take the key. You win." if won else ROOMS[self.room]),
+            float(won),
+            won,
+            out,
+            self._info(won or out),
+        )
 
 
 if "TextRooms-v0" not in gym.registry:

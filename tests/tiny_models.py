@@ -15,9 +15,16 @@ def tiny_llama(attn_implementation: str = "sdpa"):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         attn_implementation=attn_implementation)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        attn_implementation=attn_implementation,
+    )
     return LlamaForCausalLM(config).eval()
 
 
@@ -25,8 +32,16 @@ def tiny_qwen3():
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(1)
-    config = Qwen3Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=512)
+    config = Qwen3Config(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=512,
+    )
     return Qwen3ForCausalLM(config).eval()
 
 
@@ -62,16 +77,28 @@ def frame_questions(rng, shared: int, tails, first_token: int = 0):
 
 # ---------------------------------------------------------------- hybrid (recurrent + attention) models
 
+
 def tiny_qwen3_5(vocab_size: int = VOCAB, layer_types=("linear_attention", "full_attention", "linear_attention")):
     """Qwen3.5 text model: Gated DeltaNet (linear attention) layers mixed with full attention layers."""
     from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
     torch.manual_seed(2)
-    config = Qwen3_5TextConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64,
-                               num_hidden_layers=len(layer_types), layer_types=list(layer_types),
-                               num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                               linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
-                               linear_value_head_dim=8, linear_conv_kernel_dim=4, max_position_embeddings=512)
+    config = Qwen3_5TextConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=len(layer_types),
+        layer_types=list(layer_types),
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=8,
+        linear_value_head_dim=8,
+        linear_conv_kernel_dim=4,
+        max_position_embeddings=512,
+    )
     return Qwen3_5ForCausalLM(config).eval()
 
 
@@ -81,12 +108,25 @@ def tiny_qwen3_next():
 
     torch.manual_seed(3)
     layer_types = ["full_attention", "linear_attention", "linear_attention", "full_attention"]
-    config = Qwen3NextConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
-                             shared_expert_intermediate_size=16, num_experts=4, num_experts_per_tok=2,
-                             num_hidden_layers=len(layer_types), layer_types=layer_types,
-                             num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                             linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
-                             linear_value_head_dim=8, max_position_embeddings=512)
+    config = Qwen3NextConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        moe_intermediate_size=16,
+        shared_expert_intermediate_size=16,
+        num_experts=4,
+        num_experts_per_tok=2,
+        num_hidden_layers=len(layer_types),
+        layer_types=layer_types,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=8,
+        linear_value_head_dim=8,
+        max_position_embeddings=512,
+    )
     return Qwen3NextForCausalLM(config).eval()
 
 
@@ -95,8 +135,18 @@ def tiny_mamba2():
     from transformers import Mamba2Config, Mamba2ForCausalLM
 
     torch.manual_seed(4)
-    config = Mamba2Config(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_heads=8, head_dim=8,
-                          expand=2, state_size=16, n_groups=1, chunk_size=8, conv_kernel=4)
+    config = Mamba2Config(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_heads=8,
+        head_dim=8,
+        expand=2,
+        state_size=16,
+        n_groups=1,
+        chunk_size=8,
+        conv_kernel=4,
+    )
     return Mamba2ForCausalLM(config).eval()
 
 
@@ -106,9 +156,17 @@ def tiny_lfm2():
 
     torch.manual_seed(5)
     layer_types = ["conv", "full_attention", "conv"]
-    config = Lfm2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=len(layer_types),
-                        layer_types=layer_types, num_attention_heads=4, num_key_value_heads=2, conv_L_cache=3,
-                        max_position_embeddings=512)
+    config = Lfm2Config(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=len(layer_types),
+        layer_types=layer_types,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        conv_L_cache=3,
+        max_position_embeddings=512,
+    )
     return Lfm2ForCausalLM(config).eval()
 
 
@@ -117,10 +175,20 @@ def tiny_qwen3_sliding(window: int = 6):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(6)
-    config = Qwen3Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         layer_types=["sliding_attention", "full_attention"], use_sliding_window=True,
-                         sliding_window=window, max_window_layers=0, num_attention_heads=4, num_key_value_heads=2,
-                         head_dim=8, max_position_embeddings=512)
+    config = Qwen3Config(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        layer_types=["sliding_attention", "full_attention"],
+        use_sliding_window=True,
+        sliding_window=window,
+        max_window_layers=0,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=512,
+    )
     return Qwen3ForCausalLM(config).eval()
 
 
@@ -138,16 +206,28 @@ def tiny_qwen35_hybrid():
     from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
     torch.manual_seed(2)
-    config = Qwen3_5TextConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
-                               num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=512,
-                               linear_conv_kernel_dim=4, linear_key_head_dim=8, linear_value_head_dim=8,
-                               linear_num_key_heads=2, linear_num_value_heads=4,
-                               layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"])
+    config = Qwen3_5TextConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=512,
+        linear_conv_kernel_dim=4,
+        linear_key_head_dim=8,
+        linear_value_head_dim=8,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+    )
     return Qwen3_5ForCausalLM(config).eval()
 
 
-def shared_question(rng: random.Random, n_candidates: int = 8, length: int = 12, shared: float = 0.5,
-                    levels: int = 1) -> EncodedQuestion:
+def shared_question(
+    rng: random.Random, n_candidates: int = 8, length: int = 12, shared: float = 0.5, levels: int = 1
+) -> EncodedQuestion:
     """Candidates of equal length whose first `shared` fraction is common (flat) or split over two levels."""
     token = lambda: rng.randrange(VOCAB)  # noqa: E731
     prefix = tuple(token() for _ in range(rng.randint(2, 12)))

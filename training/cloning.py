@@ -47,16 +47,19 @@ def cloning_questions(paths: Paths, env, agent, min_return: float | None = None,
     kept = [one for one, total in zip(episodes, returns) if min_return is None or total >= min_return]
     if not kept:
         where = ", ".join(map(str, files))
-        raise ValueError(f"no episode of {where} has a return of at least train.min_return={min_return} (the best "
-                         f"has {max(returns):g}): lower train.min_return or record better episodes")
+        raise ValueError(
+            f"no episode of {where} has a return of at least train.min_return={min_return} (the best "
+            f"has {max(returns):g}): lower train.min_return or record better episodes"
+        )
     return [q for path, group, steps in kept for q in _replay(path, env, agent, group, steps, expert)]
 
 
 def _episodes(path: Path) -> list[tuple[int, list[dict]]]:
     """The episodes of one steps.jsonl, each (episode number, its rows in step order), checked for replay."""
     if not path.is_file():
-        raise FileNotFoundError(f"train.demonstrations={str(path)!r} is not a file: give the steps.jsonl of a "
-                                f"jetgym-episode run")
+        raise FileNotFoundError(
+            f"train.demonstrations={str(path)!r} is not a file: give the steps.jsonl of a jetgym-episode run"
+        )
     rows = read_jsonl(path, what="step")
     if not rows:
         raise ValueError(f"{path} holds no steps: record some episodes with jetgym-episode first")
@@ -65,10 +68,14 @@ def _episodes(path: Path) -> list[tuple[int, list[dict]]]:
         if missing:
             raise ValueError(f"{path}:{line} lacks {', '.join(missing)}: give the steps.jsonl of a jetgym-episode run")
         if row["seed"] is None:
-            raise ValueError(f"{path}:{line}: episode {row['episode']} has no seed, so it cannot be replayed; "
-                             f"record the episodes with a seed")
-    return [(episode, list(steps)) for episode, steps in
-            groupby(sorted(rows, key=lambda r: (r["episode"], r["step"])), key=lambda r: r["episode"])]
+            raise ValueError(
+                f"{path}:{line}: episode {row['episode']} has no seed, so it cannot be replayed; "
+                f"record the episodes with a seed"
+            )
+    return [
+        (episode, list(steps))
+        for episode, steps in groupby(sorted(rows, key=lambda r: (r["episode"], r["step"])), key=lambda r: r["episode"])
+    ]
 
 
 def _replay(path: Path, env, agent, group: str, steps: list[dict], expert=None) -> list[Question]:
@@ -83,22 +90,37 @@ def _replay(path: Path, env, agent, group: str, steps: list[dict], expert=None) 
             raise ValueError(f"{where} skips from step {expected - 1} to {row['step']}: the file is incomplete")
         candidates = info["candidates"]
         if row["action"] not in candidates.labels:
-            raise ValueError(f"{where} step {expected}: the recorded action {row['action']!r} is not admissible in "
-                             f"the replay ({', '.join(candidates.labels)}): is it the same env and settings?")
+            raise ValueError(
+                f"{where} step {expected}: the recorded action {row['action']!r} is not admissible in "
+                f"the replay ({', '.join(candidates.labels)}): is it the same env and settings?"
+            )
         index = candidates.labels.index(row["action"])
         gold = index if expert is None else expert.act(observation, candidates).index
         question = agent.question(observation, candidates)
-        out.append(Question(context=question.context, candidates=question.candidates, labels=question.labels,
-                            images=question.images, gold=gold, id=f"{group}/step-{expected}/action"))
+        out.append(
+            Question(
+                context=question.context,
+                candidates=question.candidates,
+                labels=question.labels,
+                images=question.images,
+                gold=gold,
+                id=f"{group}/step-{expected}/action",
+            )
+        )
         agent.record(candidates.texts[index])
         observation, reward, terminated, truncated, info = env.step(candidates.actions[index])
         cut = row["truncated"] and not truncated and expected + 1 == len(steps)  # a shorter time limit
-        if abs(float(reward) - float(row["reward"])) > 1e-6 or bool(terminated) != row["terminated"] \
-                or (bool(truncated) != row["truncated"] and not cut):
-            raise ValueError(f"{where} step {expected}: the replay gave reward {float(reward)}, terminated "
-                             f"{bool(terminated)}, truncated {bool(truncated)} where the file has {row['reward']}, "
-                             f"{row['terminated']}, {row['truncated']}: the env does not replay this episode from "
-                             f"its seed (same env and settings?)")
+        if (
+            abs(float(reward) - float(row["reward"])) > 1e-6
+            or bool(terminated) != row["terminated"]
+            or (bool(truncated) != row["truncated"] and not cut)
+        ):
+            raise ValueError(
+                f"{where} step {expected}: the replay gave reward {float(reward)}, terminated "
+                f"{bool(terminated)}, truncated {bool(truncated)} where the file has {row['reward']}, "
+                f"{row['terminated']}, {row['truncated']}: the env does not replay this episode from "
+                f"its seed (same env and settings?)"
+            )
         if (terminated or truncated) and expected + 1 < len(steps):
             raise ValueError(f"{where} ended at step {expected} in the replay but the file goes on")
     return out

@@ -77,5 +77,5 @@ class Shards:
         offset = 0
         for parameter in parameters:
             n = parameter.numel()
-            parameter.grad.copy_(flat[offset:offset + n].view_as(parameter))
+            parameter.grad.copy_(flat[offset : offset + n].view_as(parameter))
             offset += n

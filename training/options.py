@@ -28,7 +28,9 @@ class LoraOptions:
         if self.finetune not in ("lora", "full"):
             raise ValueError(f"train.finetune must be 'lora' or 'full', got {self.finetune!r}")
         if self.lora_rank < 1 or self.lora_alpha < 1:
-            raise ValueError(f"train.lora_rank and train.lora_alpha must be >= 1, got {self.lora_rank} and {self.lora_alpha}")
+            raise ValueError(
+                f"train.lora_rank and train.lora_alpha must be >= 1, got {self.lora_rank} and {self.lora_alpha}"
+            )
         if self.lora_layers is not None and self.lora_layers < 0:
             raise ValueError(f"train.lora_layers must be >= 0 (0: every layer), got {self.lora_layers}")
         object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
@@ -109,7 +111,9 @@ class RFTOptions:
 
     def __post_init__(self):
         _check_schedule(self)
-        _check(self, ("group", "seeds_per_round", "num_envs", "replay", "updates", "minibatch"), lambda v: v >= 1, ">= 1")
+        _check(
+            self, ("group", "seeds_per_round", "num_envs", "replay", "updates", "minibatch"), lambda v: v >= 1, ">= 1"
+        )
         _check(self, ("explore", "gamma"), lambda v: 0 <= v <= 1, "in [0, 1]")
         _check(self, ("learning_rate", "max_grad_norm"), lambda v: v > 0, "> 0")
         check_keep(self.keep)
@@ -133,8 +137,9 @@ def check_keep(keep: str) -> None:
     except ValueError:
         valid = False
     if not valid:
-        raise ValueError(f"train.keep must be auto, success or top:F with a fraction 0 < F <= 1 (e.g. top:0.25), "
-                         f"got {keep!r}")
+        raise ValueError(
+            f"train.keep must be auto, success or top:F with a fraction 0 < F <= 1 (e.g. top:0.25), got {keep!r}"
+        )
 
 
 def learning_rate_at(options: PPOOptions | SFTOptions | RFTOptions, done: float, total: float) -> float:

@@ -58,12 +58,15 @@ class Transitions:
         for row in rows:
             key = bytes.fromhex(row["state"])
             self.width[key] = row["width"]
-            self.edges[key] = {int(a): Edge(v, r, {bytes.fromhex(n): c for n, c in nxt.items()})
-                               for a, (v, r, nxt) in row["actions"].items()}
+            self.edges[key] = {
+                int(a): Edge(v, r, {bytes.fromhex(n): c for n, c in nxt.items()})
+                for a, (v, r, nxt) in row["actions"].items()
+            }
             if row.get("question"):
                 q = row["question"]
-                self.questions[key] = Question(context=q["context"], candidates=q["candidates"],
-                                               labels=q["labels"] or None)
+                self.questions[key] = Question(
+                    context=q["context"], candidates=q["candidates"], labels=q["labels"] or None
+                )
 
     def add(self, decisions: Sequence[Question], rewards: Sequence[float], terminated: bool) -> None:
         """One episode's steps (gold: the action taken)."""
@@ -79,8 +82,9 @@ class Transitions:
             if len(actions) > 1 and keys[t] not in self.questions:
                 self.questions[keys[t]] = replace(decisions[t], gold=None)
 
-    def values(self, gamma: float, untried: float | None = None, tolerance: float = 1e-6,
-               max_sweeps: int = 10_000) -> dict[bytes, dict[int, float]]:
+    def values(
+        self, gamma: float, untried: float | None = None, tolerance: float = 1e-6, max_sweeps: int = 10_000
+    ) -> dict[bytes, dict[int, float]]:
         """Each played (state, action)'s value under value iteration (until no value moves by `tolerance`).
         `untried`: the value of an action never played, so that a state with one, or never left, is worth at
         least that (optimism, for exploring); None: a state is worth its best played action, one never left 0."""
@@ -156,12 +160,19 @@ class Transitions:
         """The transitions as JSON rows (checkpoints)."""
         rows = []
         for key, actions in self.edges.items():
-            row: dict = {"state": key.hex(), "width": self.width[key],
-                         "actions": {str(a): [e.visits, e.reward, {n.hex(): c for n, c in e.next.items()}]
-                                     for a, e in actions.items()}}
+            row: dict = {
+                "state": key.hex(),
+                "width": self.width[key],
+                "actions": {
+                    str(a): [e.visits, e.reward, {n.hex(): c for n, c in e.next.items()}] for a, e in actions.items()
+                },
+            }
             question = self.questions.get(key)
             if question is not None:
-                row["question"] = {"context": question.context, "candidates": list(question.candidates),
-                                   "labels": list(question.labels or ())}
+                row["question"] = {
+                    "context": question.context,
+                    "candidates": list(question.candidates),
+                    "labels": list(question.labels or ()),
+                }
             rows.append(row)
         return rows

@@ -46,12 +46,21 @@ class Evaluated:
 class Policy:
     """Scorer + trainable weights + value head over one loaded model (see the module notes)."""
 
-    def __init__(self, scorer, lora: LoraOptions = LoraOptions(), seed: int = 0, grad_schedule: str = "packed",
-                 memoize: bool = True, aggregate: bool = True):
+    def __init__(
+        self,
+        scorer,
+        lora: LoraOptions = LoraOptions(),
+        seed: int = 0,
+        grad_schedule: str = "packed",
+        memoize: bool = True,
+        aggregate: bool = True,
+    ):
         options = scorer.options
         if options.normalization not in TRAINABLE_NORMALIZATIONS:
-            raise ValueError(f"scorer.normalization={options.normalization!r} cannot be trained (its prior runs "
-                             f"outside the gradient): use one of {', '.join(TRAINABLE_NORMALIZATIONS)}")
+            raise ValueError(
+                f"scorer.normalization={options.normalization!r} cannot be trained (its prior runs "
+                f"outside the gradient): use one of {', '.join(TRAINABLE_NORMALIZATIONS)}"
+            )
         self.scorer = MemoizedScorer(scorer) if memoize else scorer
         self.lora, self.grad_schedule, self.aggregate = lora, grad_schedule, aggregate
         self.trunk: FrozenTrunk | None = None
@@ -67,9 +76,14 @@ class Policy:
             n_layers = model.config.num_hidden_layers
             trained = lora.layers_of(n_layers)
             layers = list(range(n_layers - trained, n_layers)) if trained < n_layers else None
-            config = LoraConfig(r=lora.lora_rank, lora_alpha=lora.lora_alpha, lora_dropout=0.0,
-                                target_modules=list(lora.lora_targets),
-                                layers_to_transform=layers, bias="none")
+            config = LoraConfig(
+                r=lora.lora_rank,
+                lora_alpha=lora.lora_alpha,
+                lora_dropout=0.0,
+                target_modules=list(lora.lora_targets),
+                layers_to_transform=layers,
+                bias="none",
+            )
             with quiet_peft():
                 self.peft = get_peft_model(model, config)  # injects the adapter into `model` in place
             frozen = n_layers - trained
@@ -132,11 +146,24 @@ class Policy:
             if self.peft is None:
                 raise ValueError("train.kl_coef needs finetune=lora (the frozen model is the adapter switched off)")
             with torch.no_grad(), self.peft.disable_adapter():  # the trunk has no adapter: the same states
-                scored = candidate_logprobs(self.model, encoded, self.grad_schedule, options.max_batch_tokens,
-                                            options.min_shared_prefix, trunk=self.trunk)
+                scored = candidate_logprobs(
+                    self.model,
+                    encoded,
+                    self.grad_schedule,
+                    options.max_batch_tokens,
+                    options.min_shared_prefix,
+                    trunk=self.trunk,
+                )
         else:
-            scored = candidate_logprobs(self.model, encoded, self.grad_schedule, options.max_batch_tokens,
-                                        options.min_shared_prefix, hidden=True, trunk=self.trunk)
+            scored = candidate_logprobs(
+                self.model,
+                encoded,
+                self.grad_schedule,
+                options.max_batch_tokens,
+                options.min_shared_prefix,
+                hidden=True,
+                trunk=self.trunk,
+            )
         log_q, raw = [], []
         for item, result in zip(prepared, scored):
             order = [item.unique.index(text) for text in item.candidates]
@@ -169,5 +196,7 @@ class Policy:
             from safetensors.torch import save_model
 
             save_model(self.model, str(folder / FULL_WEIGHTS))  # tied weights stored once
-        save_file({n: p.detach().contiguous() for n, p in self.value_head.state_dict().items()}, str(folder / VALUE_HEAD))
+        save_file(
+            {n: p.detach().contiguous() for n, p in self.value_head.state_dict().items()}, str(folder / VALUE_HEAD)
+        )
         write_metadata(folder, loaded.spec, loaded.model, self.fingerprint, self.lora.finetune)

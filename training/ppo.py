@@ -51,9 +51,12 @@ class Rollout:
     def merge(parts: Sequence["Rollout"]) -> "Rollout":
         """One rollout from the ranks' parts, envs in the order of their global numbers."""
         order = sorted((slot, part, k) for part in range(len(parts)) for k, slot in enumerate(parts[part].slots))
-        return Rollout([parts[p].steps[k] for _, p, k in order], [parts[p].last[k] for _, p, k in order],
-                       sorted((e for part in parts for e in part.episodes), key=lambda e: (e["slot"], e["number"])),
-                       [slot for slot, _, _ in order])
+        return Rollout(
+            [parts[p].steps[k] for _, p, k in order],
+            [parts[p].last[k] for _, p, k in order],
+            sorted((e for part in parts for e in part.episodes), key=lambda e: (e["slot"], e["number"])),
+            [slot for slot, _, _ in order],
+        )
 
 
 class Rollouts:
@@ -63,8 +66,14 @@ class Rollouts:
     j-th episode is reset with seed `seed_of(k, j)`, whichever process plays it; `started[k]` counts env k's
     episodes, so a resumed run continues every env's seed sequence."""
 
-    def __init__(self, envs: Sequence[Any], agent, seed_of: Callable[[int, int], int],
-                 slots: Sequence[int] | None = None, started: Sequence[int] | None = None):
+    def __init__(
+        self,
+        envs: Sequence[Any],
+        agent,
+        seed_of: Callable[[int, int], int],
+        slots: Sequence[int] | None = None,
+        started: Sequence[int] | None = None,
+    ):
         self.envs, self.agent, self.seed_of = list(envs), agent, seed_of
         self.slots = list(range(len(self.envs))) if slots is None else list(slots)
         if len(self.slots) != len(self.envs):
@@ -90,17 +99,29 @@ class Rollouts:
                 candidates = self.current[k][1]
                 question = Question(context=act.question, candidates=candidates.texts, labels=candidates.labels)
                 nxt, reward, terminated, truncated, info = env.step(act.action)
-                step = Step(question, act.index, math.log(max(act.probs[act.index], 1e-300)), float(reward),
-                            bool(terminated), bool(truncated))
+                step = Step(
+                    question,
+                    act.index,
+                    math.log(max(act.probs[act.index], 1e-300)),
+                    float(reward),
+                    bool(terminated),
+                    bool(truncated),
+                )
                 rollout.steps[k].append(step)
                 self.current[k][2] += float(reward)
                 self.current[k][3] += 1
                 if terminated or truncated:
                     if truncated and not terminated and info["candidates"].texts:
                         step.after = self.agent.question(nxt, info["candidates"], self.slots[k])
-                    rollout.episodes.append({"slot": self.slots[k], "number": self.started[self.slots[k]] - 1,
-                                             "return": self.current[k][2], "length": self.current[k][3],
-                                             "success": success_of(info, reward)})
+                    rollout.episodes.append(
+                        {
+                            "slot": self.slots[k],
+                            "number": self.started[self.slots[k]] - 1,
+                            "return": self.current[k][2],
+                            "length": self.current[k][3],
+                            "success": success_of(info, reward),
+                        }
+                    )
                     self._reset(k)
                 else:
                     self.current[k][0], self.current[k][1] = nxt, info["candidates"]
@@ -116,8 +137,15 @@ def success_of(info: dict, final_reward: float) -> bool:
     return float(final_reward) > 0
 
 
-def advantages(rewards: np.ndarray, values: np.ndarray, next_values: np.ndarray, ends: np.ndarray,
-               terminal: np.ndarray, gamma: float, lam: float) -> tuple[np.ndarray, np.ndarray]:
+def advantages(
+    rewards: np.ndarray,
+    values: np.ndarray,
+    next_values: np.ndarray,
+    ends: np.ndarray,
+    terminal: np.ndarray,
+    gamma: float,
+    lam: float,
+) -> tuple[np.ndarray, np.ndarray]:
     """GAE over one env's steps in time order. next_values[t]: the value after step t (0 when it terminated);
     ends[t]: the episode stopped after step t (terminated or truncated), so no advantage flows back across it."""
     adv = np.zeros(len(rewards))
@@ -132,37 +160,53 @@ def advantages(rewards: np.ndarray, values: np.ndarray, next_values: np.ndarray,
 
 def _values(policy, questions: list[Question], chunk: int, shards: Shards) -> np.ndarray:
     """The value of every question, each distinct question evaluated once."""
+
     def part(items: list[Question]) -> list[float]:
         with torch.no_grad():
-            return [float(v) for start in range(0, len(items), chunk)
-                    for v in policy.evaluate(items[start:start + chunk]).values.double()]
+            return [
+                float(v)
+                for start in range(0, len(items), chunk)
+                for v in policy.evaluate(items[start : start + chunk]).values.double()
+            ]
 
     unique, where = distinct(questions)
     return np.array(shards.map(part, unique), dtype=np.float64)[where]
 
 
-def update(policy, optimizer, rollout: Rollout, options: PPOOptions, generator: torch.Generator,
-           autocast: bool = False, shards: Shards = Shards()) -> dict:
+def update(
+    policy,
+    optimizer,
+    rollout: Rollout,
+    options: PPOOptions,
+    generator: torch.Generator,
+    autocast: bool = False,
+    shards: Shards = Shards(),
+) -> dict:
     """One PPO update from a rollout (under data parallelism: the merged rollout, the same on every rank, each
     rank computing its share of every minibatch); returns the losses, KL and entropy of the update (means)."""
     flat = [step for env_steps in rollout.steps for step in env_steps]
     extra = [s.after for s in flat if s.after is not None]
     with _autocast(autocast):
         values = _values(policy, [s.question for s in flat] + extra + rollout.last, options.minibatch, shards)
-    value_of_after = iter(values[len(flat):len(flat) + len(extra)])
-    last_values = values[len(flat) + len(extra):]
+    value_of_after = iter(values[len(flat) : len(flat) + len(extra)])
+    last_values = values[len(flat) + len(extra) :]
     advantages_, returns = [], []
     offset = 0
     for k, env_steps in enumerate(rollout.steps):
-        v = values[offset:offset + len(env_steps)]
+        v = values[offset : offset + len(env_steps)]
         nxt = np.append(v[1:], last_values[k])
         for t, s in enumerate(env_steps):
             if s.after is not None:
                 nxt[t] = next(value_of_after)
-        adv, ret = advantages(np.array([s.reward for s in env_steps]), v, nxt,
-                              np.array([s.terminated or s.truncated for s in env_steps]),
-                              np.array([s.terminated or (s.truncated and s.after is None) for s in env_steps]),
-                              options.gamma, options.gae_lambda)
+        adv, ret = advantages(
+            np.array([s.reward for s in env_steps]),
+            v,
+            nxt,
+            np.array([s.terminated or s.truncated for s in env_steps]),
+            np.array([s.terminated or (s.truncated and s.after is None) for s in env_steps]),
+            options.gamma,
+            options.gae_lambda,
+        )
         advantages_.append(adv)
         returns.append(ret)
         offset += len(env_steps)
@@ -177,14 +221,18 @@ def update(policy, optimizer, rollout: Rollout, options: PPOOptions, generator: 
     for _ in range(options.epochs):
         order = torch.randperm(len(flat), generator=generator).tolist()
         for start in range(0, len(order), options.minibatch):
-            batch = order[start:start + options.minibatch]
+            batch = order[start : start + options.minibatch]
             optimizer.zero_grad(set_to_none=True)
             terms = [0.0] * len(names)
             idx = [batch[j] for j in shards.mine(len(batch))]
             if idx:
                 parts = _minibatch_terms(policy, flat, idx, adv, ret, old, options, autocast)
-                loss = (parts["policy_loss"] + options.value_coef * parts["value_loss"]
-                        - options.entropy_coef * parts["entropy"] + options.kl_coef * parts["kl_ref"]) / len(batch)
+                loss = (
+                    parts["policy_loss"]
+                    + options.value_coef * parts["value_loss"]
+                    - options.entropy_coef * parts["entropy"]
+                    + options.kl_coef * parts["kl_ref"]
+                ) / len(batch)
                 loss.backward()
                 terms = [float(parts[name].detach()) for name in names]
             shards.sum_gradients(policy.parameters())
@@ -197,8 +245,16 @@ def update(policy, optimizer, rollout: Rollout, options: PPOOptions, generator: 
     return {key: value / max(batches, 1) for key, value in totals.items()}
 
 
-def _minibatch_terms(policy, flat: list[Step], idx: list[int], adv: torch.Tensor, ret: torch.Tensor,
-                     old: torch.Tensor, options: PPOOptions, autocast: bool) -> dict[str, torch.Tensor]:
+def _minibatch_terms(
+    policy,
+    flat: list[Step],
+    idx: list[int],
+    adv: torch.Tensor,
+    ret: torch.Tensor,
+    old: torch.Tensor,
+    options: PPOOptions,
+    autocast: bool,
+) -> dict[str, torch.Tensor]:
     """The PPO loss terms of the decisions `idx`, each summed over them (the caller divides by the minibatch)."""
     questions = [flat[i].question for i in idx]
     with _autocast(autocast):
@@ -207,15 +263,18 @@ def _minibatch_terms(policy, flat: list[Step], idx: list[int], adv: torch.Tensor
     new = torch.stack([lq[flat[i].index] for lq, i in zip(evaluated.log_q, idx)]).float()
     ratio = torch.exp(new - old[idx])
     a = adv[idx]
-    terms = {"policy_loss": -torch.min(ratio * a, ratio.clamp(1 - options.clip, 1 + options.clip) * a).sum(),
-             "value_loss": 0.5 * ((evaluated.values.float() - ret[idx]) ** 2).sum(),
-             "entropy": torch.stack([-(lq.exp() * lq).sum() for lq in evaluated.log_q]).sum(),
-             "kl_old": (old[idx] - new).sum().detach(),
-             "clip_fraction": ((ratio - 1).abs() > options.clip).float().sum(),
-             "kl_ref": torch.zeros(())}
+    terms = {
+        "policy_loss": -torch.min(ratio * a, ratio.clamp(1 - options.clip, 1 + options.clip) * a).sum(),
+        "value_loss": 0.5 * ((evaluated.values.float() - ret[idx]) ** 2).sum(),
+        "entropy": torch.stack([-(lq.exp() * lq).sum() for lq in evaluated.log_q]).sum(),
+        "kl_old": (old[idx] - new).sum().detach(),
+        "clip_fraction": ((ratio - 1).abs() > options.clip).float().sum(),
+        "kl_ref": torch.zeros(()),
+    }
     if reference is not None:
-        terms["kl_ref"] = torch.stack([(lq.exp() * (lq - rq)).sum()
-                                       for lq, rq in zip(evaluated.log_q, reference.log_q)]).sum()
+        terms["kl_ref"] = torch.stack(
+            [(lq.exp() * (lq - rq)).sum() for lq, rq in zip(evaluated.log_q, reference.log_q)]
+        ).sum()
     return terms
 
 

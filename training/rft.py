@@ -76,10 +76,18 @@ def explore_of(member: int, options: RFTOptions) -> float:
     return options.explore * member / (options.group - 1) if options.group > 1 else options.explore
 
 
-def play_round(envs: Sequence[Any], agent, scorer, seeds: Sequence[int], options: RFTOptions, temperature: float,
-               episode_seed: int, budget: int | None = None,
-               on_steps: Callable[[int], None] | None = None,
-               explorer: dict[bytes, list[int]] | None = None) -> list[Played]:
+def play_round(
+    envs: Sequence[Any],
+    agent,
+    scorer,
+    seeds: Sequence[int],
+    options: RFTOptions,
+    temperature: float,
+    episode_seed: int,
+    budget: int | None = None,
+    on_steps: Callable[[int], None] | None = None,
+    explorer: dict[bytes, list[int]] | None = None,
+) -> list[Played]:
     """`options.group` episodes of every seed, played `len(envs)` at a time; in (seed, member) order. `budget`:
     the most env steps to play; when it runs out, the episodes under way end there (cut, as by a time limit) and
     the ones not begun are left out. `on_steps(n)`: called after each batch of decisions with its env steps.
@@ -98,8 +106,13 @@ def play_round(envs: Sequence[Any], agent, scorer, seeds: Sequence[int], options
         s, m = todo[upcoming]
         observation, info = envs[k].reset(seed=s)
         agent.reset(s, slot=k)
-        slots[k] = {"index": upcoming, "observation": observation, "candidates": info["candidates"],
-                    "rng": np.random.default_rng([episode_seed, s, m]), "explore": explore_of(m, options)}
+        slots[k] = {
+            "index": upcoming,
+            "observation": observation,
+            "candidates": info["candidates"],
+            "rng": np.random.default_rng([episode_seed, s, m]),
+            "explore": explore_of(m, options),
+        }
         upcoming += 1
 
     for k in range(len(envs)):
@@ -119,8 +132,15 @@ def play_round(envs: Sequence[Any], agent, scorer, seeds: Sequence[int], options
             index = sample(decision.corrected, temperature, slot["explore"], slot["rng"], towards)
             agent.record(candidates.texts[index], k)
             episode = played[slot["index"]]
-            episode.decisions.append(Question(context=question.context, candidates=question.candidates,
-                                              labels=question.labels, images=question.images, gold=index))
+            episode.decisions.append(
+                Question(
+                    context=question.context,
+                    candidates=question.candidates,
+                    labels=question.labels,
+                    images=question.images,
+                    gold=index,
+                )
+            )
             observation, reward, terminated, truncated, info = envs[k].step(candidates.actions[index])
             episode.rewards.append(float(reward))
             if terminated or truncated:
@@ -133,8 +153,13 @@ def play_round(envs: Sequence[Any], agent, scorer, seeds: Sequence[int], options
     return [episode for episode in played if episode.decisions]
 
 
-def sample(scores: Sequence[float], temperature: float, explore: float, rng: np.random.Generator,
-           towards: Sequence[int] | None = None) -> int:
+def sample(
+    scores: Sequence[float],
+    temperature: float,
+    explore: float,
+    rng: np.random.Generator,
+    towards: Sequence[int] | None = None,
+) -> int:
     """A draw from softmax(scores / temperature) mixed with weight `explore` with the uniform distribution over
     the candidates `towards` (None: all of them)."""
     scaled = np.array(scores, dtype=np.float64) / temperature
@@ -267,9 +292,18 @@ class Pool:
 
     def rows(self) -> list[dict]:
         """The pool as JSON rows (checkpoints)."""
-        return [{"context": k.decision.context, "candidates": list(k.decision.candidates),
-                 "labels": list(k.decision.labels or ()), "gold": k.decision.gold, "return_to_go": k.return_to_go,
-                 "steps_to_go": k.steps_to_go, "weight": k.weight} for k in self.items.values()]
+        return [
+            {
+                "context": k.decision.context,
+                "candidates": list(k.decision.candidates),
+                "labels": list(k.decision.labels or ()),
+                "gold": k.decision.gold,
+                "return_to_go": k.return_to_go,
+                "steps_to_go": k.steps_to_go,
+                "weight": k.weight,
+            }
+            for k in self.items.values()
+        ]
 
 
 def with_planned(pool: Pool, planned: Sequence[Kept]) -> list[Kept]:
@@ -279,17 +313,23 @@ def with_planned(pool: Pool, planned: Sequence[Kept]) -> list[Kept]:
 
 
 def kept_from_row(row: dict) -> Kept:
-    question = Question(context=row["context"], candidates=row["candidates"], labels=row["labels"] or None,
-                        gold=row["gold"])
+    question = Question(
+        context=row["context"], candidates=row["candidates"], labels=row["labels"] or None, gold=row["gold"]
+    )
     return Kept(question, row["return_to_go"], row["steps_to_go"], row.get("weight", 1.0))
 
 
 def nothing_kept(steps: int, episodes: int, best: float | None, keep: str, any_success_signal: bool) -> str:
     """The one-line message of a budget that ended with nothing ever kept."""
-    said = (f"algorithm=rft kept no episode in {steps} env steps ({episodes} episodes, best return "
-            f"{'none' if best is None else f'{best:g}'}): ")
+    said = (
+        f"algorithm=rft kept no episode in {steps} env steps ({episodes} episodes, best return "
+        f"{'none' if best is None else f'{best:g}'}): "
+    )
     if keep == "success" and not any_success_signal:
-        return said + ("the env reported no info['is_success'] and no episode ended on a positive reward, so "
-                       "train.keep=success keeps nothing; use train.keep=auto or train.keep=top:0.25")
-    return said + ("every group of train.group episodes had one return; raise train.env_steps, train.group or "
-                   "train.explore")
+        return said + (
+            "the env reported no info['is_success'] and no episode ended on a positive reward, so "
+            "train.keep=success keeps nothing; use train.keep=auto or train.keep=top:0.25"
+        )
+    return said + (
+        "every group of train.group episodes had one return; raise train.env_steps, train.group or train.explore"
+    )

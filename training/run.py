@@ -27,7 +27,16 @@ from typing import Any, Callable, Sequence
 import torch
 from tqdm import tqdm
 
-from jetgym.runs.folder import append_jsonl, as_json_data, dumps, folder_lock, make_folder, read_jsonl, write_json, write_text
+from jetgym.runs.folder import (
+    append_jsonl,
+    as_json_data,
+    dumps,
+    folder_lock,
+    make_folder,
+    read_jsonl,
+    write_json,
+    write_text,
+)
 
 from .data_parallel import Shards
 from .options import PPOOptions, RFTOptions, SFTOptions, learning_rate_at
@@ -52,23 +61,32 @@ class TrainingFolder:
     def check(self) -> dict | None:
         """The checkpoint to resume from (None: a fresh run); refuses a finished run or another config."""
         if (self.out / SUMMARY).exists() or (self.out / ADAPTER).exists():
-            raise FileExistsError(f"{self.out} already holds a finished training run ({SUMMARY}, {ADAPTER}/); "
-                                  f"choose a new output_dir (nothing was overwritten)")
+            raise FileExistsError(
+                f"{self.out} already holds a finished training run ({SUMMARY}, {ADAPTER}/); "
+                f"choose a new output_dir (nothing was overwritten)"
+            )
         pointer = self.out / POINTER
         if not pointer.exists():
             if self.log.exists() and self.log.stat().st_size:
-                raise FileExistsError(f"{self.log} holds rows but {POINTER} is missing: the run cannot be resumed; "
-                                      f"choose a new output_dir")
+                raise FileExistsError(
+                    f"{self.log} holds rows but {POINTER} is missing: the run cannot be resumed; "
+                    f"choose a new output_dir"
+                )
             return None
         try:
             state = json.loads(pointer.read_text())
         except ValueError as error:
             raise ValueError(f"{pointer} is corrupt ({error}); choose a new output_dir") from None
         if state.get("config") != self.config:
-            changed = sorted(k for k in set(self.config) | set(state.get("config", {}))
-                             if self.config.get(k) != state.get("config", {}).get(k))
-            raise ValueError(f"{self.out} holds a checkpoint of another training configuration (changed: "
-                             f"{', '.join(changed)}); rerun with the same settings to resume, or choose a new output_dir")
+            changed = sorted(
+                k
+                for k in set(self.config) | set(state.get("config", {}))
+                if self.config.get(k) != state.get("config", {}).get(k)
+            )
+            raise ValueError(
+                f"{self.out} holds a checkpoint of another training configuration (changed: "
+                f"{', '.join(changed)}); rerun with the same settings to resume, or choose a new output_dir"
+            )
         return state
 
     def rows(self, update: int, rewrite: bool = True) -> list[dict]:
@@ -98,8 +116,9 @@ class TrainingFolder:
         if previous and previous != name:
             shutil.rmtree(self.out / previous, ignore_errors=True)
 
-    def start(self, policy, learning_rate: float, seed: int, shards: Shards,
-              on_start: Callable[[Path], None] | None = None) -> tuple:
+    def start(
+        self, policy, learning_rate: float, seed: int, shards: Shards, on_start: Callable[[Path], None] | None = None
+    ) -> tuple:
         """(optimizer, shuffling generator, checkpoint progress ({} for a fresh run), the log rows kept),
         the policy and optimizer restored from the checkpoint when there is one (on every rank). `on_start(folder)`
         runs on the writing rank once the folder is locked and checked (e.g. the job's record of its config)."""
@@ -158,30 +177,51 @@ def plot_curve(rows: list[dict], x: str, ys: Sequence[str], path: Path) -> str |
     return path.name
 
 
-def run_ppo(policy, envs: Sequence[Any], agent, options: PPOOptions, output_dir: str | os.PathLike, env_steps: int,
-            seed: int = 0, checkpoint_every: int = 1, autocast: bool = False, config: dict | None = None,
-            progress: bool = True, shards: Shards = Shards(), on_start: Callable[[Path], None] | None = None) -> dict:
+def run_ppo(
+    policy,
+    envs: Sequence[Any],
+    agent,
+    options: PPOOptions,
+    output_dir: str | os.PathLike,
+    env_steps: int,
+    seed: int = 0,
+    checkpoint_every: int = 1,
+    autocast: bool = False,
+    config: dict | None = None,
+    progress: bool = True,
+    shards: Shards = Shards(),
+    on_start: Callable[[Path], None] | None = None,
+) -> dict:
     """Train `policy` with PPO on `envs` (played by `agent`, a scorer agent over `policy.scorer` with
     policy='sample') for at least `env_steps` env steps; returns the summary. Env k's j-th training episode uses
     seed `1_000_000 * (seed + 1) + j * num_envs + k`, so training seeds never meet the small evaluation seeds.
     Under data parallelism `envs` are this rank's share (`shards.mine(num_envs)`) and rank 0 writes the folder."""
     slots = shards.mine(options.num_envs)
     if len(envs) != len(slots):
-        raise ValueError(f"run_ppo got {len(envs)} envs where this process plays {len(slots)} of "
-                         f"train.num_envs={options.num_envs}")
+        raise ValueError(
+            f"run_ppo got {len(envs)} envs where this process plays {len(slots)} of train.num_envs={options.num_envs}"
+        )
     per_update = options.num_envs * options.rollout_steps
     if env_steps < per_update:
-        raise ValueError(f"train.env_steps={env_steps} is less than one rollout (train.num_envs x train.rollout_steps "
-                         f"= {options.num_envs} x {options.rollout_steps} = {per_update} env steps): raise "
-                         f"train.env_steps or lower train.rollout_steps")
+        raise ValueError(
+            f"train.env_steps={env_steps} is less than one rollout (train.num_envs x train.rollout_steps "
+            f"= {options.num_envs} x {options.rollout_steps} = {per_update} env steps): raise "
+            f"train.env_steps or lower train.rollout_steps"
+        )
     folder = TrainingFolder(output_dir, config or {"algorithm": "ppo", "seed": seed, **options.__dict__})
     with folder.lock(shards):
         optimizer, generator, state, rows = folder.start(policy, options.learning_rate, seed, shards, on_start)
         done, steps = state.get("update", 0), state.get("env_steps", 0)
-        rollouts = Rollouts(envs, agent, lambda k, j: 1_000_000 * (seed + 1) + j * options.num_envs + k, slots,
-                            state.get("started"))
-        bar = tqdm(total=env_steps, initial=min(steps, env_steps), unit="step", disable=not (progress and shards.writer),
-                   desc="ppo")
+        rollouts = Rollouts(
+            envs, agent, lambda k, j: 1_000_000 * (seed + 1) + j * options.num_envs + k, slots, state.get("started")
+        )
+        bar = tqdm(
+            total=env_steps,
+            initial=min(steps, env_steps),
+            unit="step",
+            disable=not (progress and shards.writer),
+            desc="ppo",
+        )
         started = time.monotonic()
         while steps < env_steps:
             begun = time.monotonic()
@@ -194,12 +234,19 @@ def run_ppo(policy, envs: Sequence[Any], agent, options: PPOOptions, output_dir:
             steps += per_update
             returns = [e["return"] for e in rollout.episodes]
             success = [e["success"] for e in rollout.episodes if e["success"] is not None]
-            row = {"update": done, "env_steps": steps, "episodes": len(returns),
-                   "mean_return": sum(returns) / len(returns) if returns else None,
-                   "success_rate": sum(success) / len(success) if success else None,
-                   **{k: round(v, 6) for k, v in losses.items()}, "learning_rate": rate, **counts,
-                   "rollout_seconds": round(collected - begun, 3), "update_seconds": round(time.monotonic() - collected, 3),
-                   "decisions_per_second": round(per_update / max(collected - begun, 1e-9), 3)}
+            row = {
+                "update": done,
+                "env_steps": steps,
+                "episodes": len(returns),
+                "mean_return": sum(returns) / len(returns) if returns else None,
+                "success_rate": sum(success) / len(success) if success else None,
+                **{k: round(v, 6) for k, v in losses.items()},
+                "learning_rate": rate,
+                **counts,
+                "rollout_seconds": round(collected - begun, 3),
+                "update_seconds": round(time.monotonic() - collected, 3),
+                "decisions_per_second": round(per_update / max(collected - begun, 1e-9), 3),
+            }
             rows.append(row)
             checkpoint = done % checkpoint_every == 0 and steps < env_steps
             counts = [0] * options.num_envs
@@ -209,24 +256,48 @@ def run_ppo(policy, envs: Sequence[Any], agent, options: PPOOptions, output_dir:
             if shards.writer:
                 append_jsonl(folder.log, [row])
                 if checkpoint:
-                    folder.save_checkpoint(policy, optimizer, {"update": done, "env_steps": steps, "started": counts,
-                                                               "generator": generator.get_state().tolist()})
+                    folder.save_checkpoint(
+                        policy,
+                        optimizer,
+                        {
+                            "update": done,
+                            "env_steps": steps,
+                            "started": counts,
+                            "generator": generator.get_state().tolist(),
+                        },
+                    )
             bar.update(min(per_update, env_steps - bar.n))
             bar.set_postfix(ret=row["mean_return"], steps_s=round(per_update / (time.monotonic() - begun), 2))
         bar.close()
-        summary = {"algorithm": "ppo", "updates": done, "env_steps": steps, "seed": seed,
-                   "ranks": shards.ranks.world_size, "seconds_this_process": round(time.monotonic() - started, 3),
-                   "config": folder.config,
-                   "last_mean_return": next((r["mean_return"] for r in reversed(rows) if r["mean_return"] is not None), None)}
+        summary = {
+            "algorithm": "ppo",
+            "updates": done,
+            "env_steps": steps,
+            "seed": seed,
+            "ranks": shards.ranks.world_size,
+            "seconds_this_process": round(time.monotonic() - started, 3),
+            "config": folder.config,
+            "last_mean_return": next((r["mean_return"] for r in reversed(rows) if r["mean_return"] is not None), None),
+        }
         if not shards.writer:
             return summary
         return folder.finish(policy, summary, rows, "env_steps", ["mean_return", "success_rate", "entropy"])
 
 
-def run_sft(policy, questions: Sequence, options: SFTOptions, output_dir: str | os.PathLike,
-            held_out: Sequence = (), seed: int = 0, checkpoint_every: int = 10, autocast: bool = False,
-            config: dict | None = None, progress: bool = True, shards: Shards = Shards(),
-            on_start: Callable[[Path], None] | None = None) -> dict:
+def run_sft(
+    policy,
+    questions: Sequence,
+    options: SFTOptions,
+    output_dir: str | os.PathLike,
+    held_out: Sequence = (),
+    seed: int = 0,
+    checkpoint_every: int = 10,
+    autocast: bool = False,
+    config: dict | None = None,
+    progress: bool = True,
+    shards: Shards = Shards(),
+    on_start: Callable[[Path], None] | None = None,
+) -> dict:
     """Minimize the gold NLL of `questions` for `options.epochs` epochs; `held_out` is evaluated (gold NLL,
     accuracy) before training and after every epoch. Returns the summary. Under data parallelism every rank
     gets the same questions, computes its share of each minibatch, and rank 0 writes the folder."""
@@ -237,47 +308,86 @@ def run_sft(policy, questions: Sequence, options: SFTOptions, output_dir: str | 
         per_epoch = -(-len(questions) // options.minibatch)
         done = state.get("update", 0)
         if not state and held_out:
-            rows.append({"update": 0, "epoch": 0, "questions_seen": 0,
-                         **_prefixed(evaluate_questions(policy.scorer, held_out, shards))})
+            rows.append(
+                {
+                    "update": 0,
+                    "epoch": 0,
+                    "questions_seen": 0,
+                    **_prefixed(evaluate_questions(policy.scorer, held_out, shards)),
+                }
+            )
             if shards.writer:
                 append_jsonl(folder.log, rows[-1:])
         total = options.epochs * per_epoch
         bar = tqdm(total=total, initial=done, unit="step", disable=not (progress and shards.writer), desc="sft")
-        orders = [torch.randperm(len(questions), generator=torch.Generator().manual_seed(seed * 1000 + e)).tolist()
-                  for e in range(options.epochs)]
+        orders = [
+            torch.randperm(len(questions), generator=torch.Generator().manual_seed(seed * 1000 + e)).tolist()
+            for e in range(options.epochs)
+        ]
         while done < total:
             epoch, k = divmod(done, per_epoch)
-            idx = orders[epoch][k * options.minibatch:(k + 1) * options.minibatch]
+            idx = orders[epoch][k * options.minibatch : (k + 1) * options.minibatch]
             rate = set_learning_rate(optimizer, learning_rate_at(options, done, total))
             begun = time.monotonic()
             loss = sft_step(policy, optimizer, [questions[i] for i in idx], options, autocast, shards)
             done += 1
-            row = {"update": done, "epoch": epoch + (k + 1) / per_epoch, "questions_seen": done * options.minibatch,
-                   "loss": round(loss, 6), "learning_rate": rate, "update_seconds": round(time.monotonic() - begun, 3)}
+            row = {
+                "update": done,
+                "epoch": epoch + (k + 1) / per_epoch,
+                "questions_seen": done * options.minibatch,
+                "loss": round(loss, 6),
+                "learning_rate": rate,
+                "update_seconds": round(time.monotonic() - begun, 3),
+            }
             if done % per_epoch == 0 and held_out:
                 row.update(_prefixed(evaluate_questions(policy.scorer, held_out, shards)))
             rows.append(row)
             if shards.writer:
                 append_jsonl(folder.log, [row])
                 if done % checkpoint_every == 0 and done < total:
-                    folder.save_checkpoint(policy, optimizer, {"update": done, "generator": generator.get_state().tolist()})
+                    folder.save_checkpoint(
+                        policy, optimizer, {"update": done, "generator": generator.get_state().tolist()}
+                    )
             bar.update(1)
             bar.set_postfix(loss=round(loss, 4))
         bar.close()
         final = next((r for r in reversed(rows) if "held_out_accuracy" in r), None)
-        summary = {"algorithm": folder.config.get("algorithm", "sft"), "updates": done, "seed": seed, "ranks": shards.ranks.world_size,
-                   "train_questions": len(questions), "held_out_questions": len(held_out), "config": folder.config,
-                   "held_out_before": {k: rows[0].get(k) for k in ("held_out_gold_nll", "held_out_accuracy")} if held_out else None,
-                   "held_out_after": {k: final.get(k) for k in ("held_out_gold_nll", "held_out_accuracy")} if final else None}
+        summary = {
+            "algorithm": folder.config.get("algorithm", "sft"),
+            "updates": done,
+            "seed": seed,
+            "ranks": shards.ranks.world_size,
+            "train_questions": len(questions),
+            "held_out_questions": len(held_out),
+            "config": folder.config,
+            "held_out_before": {k: rows[0].get(k) for k in ("held_out_gold_nll", "held_out_accuracy")}
+            if held_out
+            else None,
+            "held_out_after": {k: final.get(k) for k in ("held_out_gold_nll", "held_out_accuracy")} if final else None,
+        }
         if not shards.writer:
             return summary
-        return folder.finish(policy, summary, rows, "questions_seen", ["loss", "held_out_gold_nll", "held_out_accuracy"])
+        return folder.finish(
+            policy, summary, rows, "questions_seen", ["loss", "held_out_gold_nll", "held_out_accuracy"]
+        )
 
 
-def run_rft(policy, envs: Sequence[Any], agent, options: RFTOptions, output_dir: str | os.PathLike, env_steps: int,
-            temperature: float = 1.0, seed: int = 0, checkpoint_every: int = 1, autocast: bool = False,
-            config: dict | None = None, progress: bool = True, shards: Shards = Shards(),
-            on_start: Callable[[Path], None] | None = None) -> dict:
+def run_rft(
+    policy,
+    envs: Sequence[Any],
+    agent,
+    options: RFTOptions,
+    output_dir: str | os.PathLike,
+    env_steps: int,
+    temperature: float = 1.0,
+    seed: int = 0,
+    checkpoint_every: int = 1,
+    autocast: bool = False,
+    config: dict | None = None,
+    progress: bool = True,
+    shards: Shards = Shards(),
+    on_start: Callable[[Path], None] | None = None,
+) -> dict:
     """Reward-filtered self-imitation (`jetgym.training.rft`) on `envs` (`options.num_envs` envs with
     `CandidateActions`; `agent`: the scorer agent that writes the questions) until `env_steps` env steps have been
     played; returns the summary. Under data parallelism each rank plays its share of a round's episodes (`envs`:
@@ -294,8 +404,13 @@ def run_rft(policy, envs: Sequence[Any], agent, options: RFTOptions, output_dir:
         pool = rft.Pool(options.replay, state.get("pool", ()))
         transitions = Transitions(state.get("transitions", ()))
         seen = dict(state.get("seen", {"episodes": 0, "kept": 0, "best_return": None, "success_signal": False}))
-        bar = tqdm(total=env_steps, initial=min(steps, env_steps), unit="step", desc="rft",
-                   disable=not (progress and shards.writer))
+        bar = tqdm(
+            total=env_steps,
+            initial=min(steps, env_steps),
+            unit="step",
+            desc="rft",
+            disable=not (progress and shards.writer),
+        )
         started = time.monotonic()
 
         def advance(n: int) -> None:  # this rank's steps, as they are played
@@ -307,8 +422,15 @@ def run_rft(policy, envs: Sequence[Any], agent, options: RFTOptions, output_dir:
             mine = [seeds[i] for i in shards.mine(len(seeds))]
             budget = None if shards.ranks.world_size > 1 else env_steps - steps  # ranks: whole rounds
             explorer = transitions.explorer(options.gamma) if options.advantage == "plan" else None
-            played = [e for part in shards.gather(rft.play_round(envs, agent, policy.scorer, mine, options, temperature,
-                                                                 seed, budget, advance, explorer)) for e in part]
+            played = [
+                e
+                for part in shards.gather(
+                    rft.play_round(
+                        envs, agent, policy.scorer, mine, options, temperature, seed, budget, advance, explorer
+                    )
+                )
+                for e in part
+            ]
             played.sort(key=lambda e: (e.seed, e.member))
             counts = memo_counts(policy)
             collected = time.monotonic()
@@ -322,9 +444,12 @@ def run_rft(policy, envs: Sequence[Any], agent, options: RFTOptions, output_dir:
                 planned = [rft.Kept(label.decision, label.value, 0) for label in transitions.labels(options.gamma)]
             cloned = rft.with_planned(pool, planned)
             rate = set_learning_rate(optimizer, learning_rate_at(options, steps, env_steps))
-            losses = [sft_step(policy, optimizer, [k.decision for k in batch], options, autocast, shards,
-                               [k.weight for k in batch])
-                      for batch in _minibatches(cloned, options, generator)]
+            losses = [
+                sft_step(
+                    policy, optimizer, [k.decision for k in batch], options, autocast, shards, [k.weight for k in batch]
+                )
+                for batch in _minibatches(cloned, options, generator)
+            ]
             done += 1
             played_steps = sum(len(e.rewards) for e in played)
             steps += played_steps
@@ -332,42 +457,76 @@ def run_rft(policy, envs: Sequence[Any], agent, options: RFTOptions, output_dir:
             returns = [e.total for e in ended]
             seen["episodes"] += len(played)
             seen["kept"] += len(kept)
-            seen["best_return"] = max(returns + ([seen["best_return"]] if seen["best_return"] is not None else []),
-                                      default=None)
+            seen["best_return"] = max(
+                returns + ([seen["best_return"]] if seen["best_return"] is not None else []), default=None
+            )
             seen["success_signal"] = seen["success_signal"] or any(e.success for e in played)
-            row = {"update": done, "round": done, "env_steps": steps, "episodes": len(played),
-                   "cut_episodes": len(played) - len(ended),
-                   "mean_return": sum(returns) / len(returns) if ended else None,
-                   "success_rate": sum(e.success for e in ended) / len(ended) if ended else None,
-                   "best_return": max(returns, default=None), "kept_episodes": len(kept),
-                   "step_group_decisions": len(stepped),
-                   "planned_decisions": len(planned), "new_decisions": new, "pool": len(pool.items),
-                   "cloned": len(cloned),
-                   "loss": round(sum(losses) / len(losses), 6) if losses else None, "learning_rate": rate, **counts,
-                   "rollout_seconds": round(collected - begun, 3), "update_seconds": round(time.monotonic() - collected, 3),
-                   "env_steps_per_second": round(played_steps / max(time.monotonic() - begun, 1e-9), 3)}
+            row = {
+                "update": done,
+                "round": done,
+                "env_steps": steps,
+                "episodes": len(played),
+                "cut_episodes": len(played) - len(ended),
+                "mean_return": sum(returns) / len(returns) if ended else None,
+                "success_rate": sum(e.success for e in ended) / len(ended) if ended else None,
+                "best_return": max(returns, default=None),
+                "kept_episodes": len(kept),
+                "step_group_decisions": len(stepped),
+                "planned_decisions": len(planned),
+                "new_decisions": new,
+                "pool": len(pool.items),
+                "cloned": len(cloned),
+                "loss": round(sum(losses) / len(losses), 6) if losses else None,
+                "learning_rate": rate,
+                **counts,
+                "rollout_seconds": round(collected - begun, 3),
+                "update_seconds": round(time.monotonic() - collected, 3),
+                "env_steps_per_second": round(played_steps / max(time.monotonic() - begun, 1e-9), 3),
+            }
             rows.append(row)
             if shards.writer:
                 append_jsonl(folder.log, [row])
                 if done % checkpoint_every == 0 and steps < env_steps:
-                    folder.save_checkpoint(policy, optimizer, {"update": done, "env_steps": steps, "seen": seen,
-                                                               "pool": pool.rows(),
-                                                               "transitions": transitions.rows(),
-                                                               "generator": generator.get_state().tolist()})
+                    folder.save_checkpoint(
+                        policy,
+                        optimizer,
+                        {
+                            "update": done,
+                            "env_steps": steps,
+                            "seen": seen,
+                            "pool": pool.rows(),
+                            "transitions": transitions.rows(),
+                            "generator": generator.get_state().tolist(),
+                        },
+                    )
             bar.update(min(steps, env_steps) - bar.n)  # every rank's steps
             success = row["success_rate"]
-            bar.set_postfix(round=done, steps_s=row["env_steps_per_second"],
-                            success=None if success is None else round(success, 3), kept=len(kept))
+            bar.set_postfix(
+                round=done,
+                steps_s=row["env_steps_per_second"],
+                success=None if success is None else round(success, 3),
+                kept=len(kept),
+            )
         bar.close()
         if not pool.items and not planned:
-            raise ValueError(rft.nothing_kept(steps, seen["episodes"], seen["best_return"], options.keep,
-                                              seen["success_signal"]))
+            raise ValueError(
+                rft.nothing_kept(steps, seen["episodes"], seen["best_return"], options.keep, seen["success_signal"])
+            )
         last = next((row for row in reversed(rows) if row["success_rate"] is not None), {})
-        summary = {"algorithm": "rft", "rounds": done, "env_steps": steps, "seed": seed,
-                   "ranks": shards.ranks.world_size, "seconds_this_process": round(time.monotonic() - started, 3),
-                   "config": folder.config, "kept_episodes": seen["kept"], "episodes": seen["episodes"],
-                   "best_return": seen["best_return"], "last_mean_return": last.get("mean_return"),
-                   "last_success_rate": last.get("success_rate")}
+        summary = {
+            "algorithm": "rft",
+            "rounds": done,
+            "env_steps": steps,
+            "seed": seed,
+            "ranks": shards.ranks.world_size,
+            "seconds_this_process": round(time.monotonic() - started, 3),
+            "config": folder.config,
+            "kept_episodes": seen["kept"],
+            "episodes": seen["episodes"],
+            "best_return": seen["best_return"],
+            "last_mean_return": last.get("mean_return"),
+            "last_success_rate": last.get("success_rate"),
+        }
         if not shards.writer:
             return summary
         return folder.finish(policy, summary, rows, "env_steps", ["success_rate", "mean_return"])
@@ -381,7 +540,7 @@ def _minibatches(items: list, options: RFTOptions, generator: torch.Generator) -
     order: list[int] = []
     while items and len(order) < updates * options.minibatch:
         order += torch.randperm(len(items), generator=generator).tolist()
-    return [[items[i] for i in order[k * size:(k + 1) * size]] for k in range(updates)]
+    return [[items[i] for i in order[k * size : (k + 1) * size]] for k in range(updates)]
 
 
 def memo_counts(policy) -> dict:

@@ -46,8 +46,15 @@ def gold_nll(log_q: Sequence[torch.Tensor], questions: Sequence[Question]) -> to
     return torch.stack([-torch.logsumexp(lq[torch.tensor(gold_indices(q))], dim=0) for lq, q in zip(log_q, questions)])
 
 
-def sft_step(policy, optimizer, questions: Sequence[Question], options: SFTOptions, autocast: bool = False,
-             shards: Shards = Shards(), weights: Sequence[float] | None = None) -> float:
+def sft_step(
+    policy,
+    optimizer,
+    questions: Sequence[Question],
+    options: SFTOptions,
+    autocast: bool = False,
+    shards: Shards = Shards(),
+    weights: Sequence[float] | None = None,
+) -> float:
     """One gradient step on a minibatch (each rank computing its share); returns the minibatch's mean loss, each
     question's gold NLL times its weight (`weights`, default 1)."""
     optimizer.zero_grad(set_to_none=True)
@@ -74,8 +81,11 @@ def evaluate_questions(scorer, questions: Sequence[Question], shards: Shards = S
     if not questions:
         return {"gold_nll": None, "accuracy": None, "questions": 0}
     scored = shards.map(lambda part: [(d.gold_nll, bool(d.correct)) for d in scorer.decide_many(part)], questions)
-    return {"gold_nll": sum(n for n, _ in scored) / len(scored), "accuracy": sum(c for _, c in scored) / len(scored),
-            "questions": len(scored)}
+    return {
+        "gold_nll": sum(n for n, _ in scored) / len(scored),
+        "accuracy": sum(c for _, c in scored) / len(scored),
+        "questions": len(scored),
+    }
 
 
 def split_held_out(questions: Sequence[Question], fraction: float) -> tuple[list, list]:
@@ -94,8 +104,10 @@ def split_held_out(questions: Sequence[Question], fraction: float) -> tuple[list
 
 def _question_key(question: Question) -> tuple:
     if question.images:
-        raise ValueError(f"train.unique compares question texts, and question {question.id!r} has images: leave "
-                         f"train.unique=false for question sets with images")
+        raise ValueError(
+            f"train.unique compares question texts, and question {question.id!r} has images: leave "
+            f"train.unique=false for question sets with images"
+        )
     return json.dumps(question.context, sort_keys=True), tuple(question.candidates), question.gold
 
 
@@ -114,5 +126,11 @@ def distinct_split(train: Sequence[Question], held_out: Sequence[Question]) -> t
 
     kept_train = [q for q in train if first_time(q)]
     kept_held = [q for q in held_out if first_time(q)]
-    return kept_train, kept_held, {"train_repeats_left_out": len(train) - len(kept_train),
-                                   "held_out_repeats_left_out": len(held_out) - len(kept_held)}
+    return (
+        kept_train,
+        kept_held,
+        {
+            "train_repeats_left_out": len(train) - len(kept_train),
+            "held_out_repeats_left_out": len(held_out) - len(kept_held),
+        },
+    )

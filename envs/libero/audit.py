@@ -44,9 +44,14 @@ def audit(path, demos: int | None = None, progress=None) -> dict:
                 if a[qtype] == b[qtype]:
                     by_type[qtype]["agree"] += 1
                 elif len(disagreements) < 20:
-                    disagreements.append({"id": question_id(Path(old.source).stem, old, t, qtype),
-                                          "stored": a[qtype], "simulator": b[qtype]})
-    agree = (all(v["agree"] == v["frames"] for v in by_type.values())
-             and all(v["agree"] == v["steps"] for v in facts.values()))
-    return {"agree": agree, "episodes": len(stored), "by_type": by_type, "facts": facts,
-            "disagreements": disagreements}
+                    disagreements.append(
+                        {
+                            "id": question_id(Path(old.source).stem, old, t, qtype),
+                            "stored": a[qtype],
+                            "simulator": b[qtype],
+                        }
+                    )
+    agree = all(v["agree"] == v["frames"] for v in by_type.values()) and all(
+        v["agree"] == v["steps"] for v in facts.values()
+    )
+    return {"agree": agree, "episodes": len(stored), "by_type": by_type, "facts": facts, "disagreements": disagreements}

@@ -73,15 +73,15 @@ DATA_DIR = Path(__file__).resolve().parent / "data" / "libero10"
 DEFAULT_PATH = DATA_DIR  # the shipped set: one official-layout file per libero_10 task
 
 
-
-
-
 # --------------------------------------------------------------------------- rules over the simulator's facts
+
 
 def _facts(episode):
     if episode.facts is None:
-        raise LiberoLabelError(f"{episode.source or episode.task}: {episode.name} has no simulator facts; load it "
-                               "with load_libero (which stores or computes them) or give the episode its facts")
+        raise LiberoLabelError(
+            f"{episode.source or episode.task}: {episode.name} has no simulator facts; load it "
+            "with load_libero (which stores or computes them) or give the episode its facts"
+        )
     return episode.facts
 
 
@@ -152,9 +152,11 @@ def with_facts(episodes: list) -> list:
 
     first = missing[0]
     if not sim.simulator_installed():
-        raise LiberoLabelError(f"{first.source}: {first.name} stores no simulator labels (a 'labels' group) and the "
-                               f"LIBERO simulator is not installed, so its frames cannot be labelled; install it: "
-                               f"{sim.INSTALL}")
+        raise LiberoLabelError(
+            f"{first.source}: {first.name} stores no simulator labels (a 'labels' group) and the "
+            f"LIBERO simulator is not installed, so its frames cannot be labelled; install it: "
+            f"{sim.INSTALL}"
+        )
     computed = {id(old): new for old, new in zip(missing, sim.label_episodes(missing))}
     return [computed.get(id(e), e) for e in episodes]
 
@@ -162,9 +164,17 @@ def with_facts(episodes: list) -> list:
 # --------------------------------------------------------------------------- perception: describe
 
 PALETTE = (  # name, RGB
-    ("black", (20, 20, 20)), ("dark gray", (70, 70, 70)), ("gray", (130, 130, 130)), ("white", (225, 225, 225)),
-    ("red", (190, 40, 40)), ("orange", (220, 130, 40)), ("yellow", (220, 200, 60)), ("green", (60, 150, 60)),
-    ("blue", (50, 80, 180)), ("brown", (110, 70, 40)), ("tan", (180, 150, 110)),
+    ("black", (20, 20, 20)),
+    ("dark gray", (70, 70, 70)),
+    ("gray", (130, 130, 130)),
+    ("white", (225, 225, 225)),
+    ("red", (190, 40, 40)),
+    ("orange", (220, 130, 40)),
+    ("yellow", (220, 200, 60)),
+    ("green", (60, 150, 60)),
+    ("blue", (50, 80, 180)),
+    ("brown", (110, 70, 40)),
+    ("tan", (180, 150, 110)),
 )
 REGIONS = ("top", "middle", "bottom")
 
@@ -175,8 +185,9 @@ def _colour_table() -> np.ndarray:
     palette = np.array([rgb for _, rgb in PALETTE], dtype=np.float32)
     levels = np.arange(64, dtype=np.float32) * 4 + 1.5
     grid = np.stack(np.meshgrid(levels, levels, levels, indexing="ij"), axis=-1).reshape(-1, 3)
-    nearest = np.concatenate([np.argmin(((chunk[:, None] - palette[None]) ** 2).sum(-1), axis=1)
-                              for chunk in np.array_split(grid, 16)])
+    nearest = np.concatenate(
+        [np.argmin(((chunk[:, None] - palette[None]) ** 2).sum(-1), axis=1) for chunk in np.array_split(grid, 16)]
+    )
     return nearest.reshape(64, 64, 64).astype(np.uint8)
 
 
@@ -199,30 +210,47 @@ def describe_view(image: np.ndarray, name: str, top: int = 3) -> str:
         order = np.argsort(-counts, kind="stable")[:top]
         return ", ".join(f"{PALETTE[i][0]} {round(100 * counts[i])}%" for i in order if counts[i] >= 0.05)
 
-    centre = names[height // 3: 2 * height // 3, width // 3: 2 * width // 3]
+    centre = names[height // 3 : 2 * height // 3, width // 3 : 2 * width // 3]
     return f"{name}: mostly {shares(names)}; in the centre {shares(centre)}."
 
 
 def describe_frame(agentview: np.ndarray, wrist: np.ndarray) -> str:
-    return (describe_view(agentview, "Front camera") + "\n"
-            + describe_view(wrist, "Wrist camera (looking down from the gripper)"))
+    return (
+        describe_view(agentview, "Front camera")
+        + "\n"
+        + describe_view(wrist, "Wrist camera (looking down from the gripper)")
+    )
 
 
 # --------------------------------------------------------------------------- questions
 
+
 def _binary(context: str, question: str, value: bool, qid: str, images: tuple) -> Question:
-    return Question(context=f"{context}Question: {question} Answer yes or no.\nAnswer:", candidates=(" no", " yes"),
-                    kind="binary", labels=("no", "yes"), gold=int(value), images=images, id=qid)
+    return Question(
+        context=f"{context}Question: {question} Answer yes or no.\nAnswer:",
+        candidates=(" no", " yes"),
+        kind="binary",
+        labels=("no", "yes"),
+        gold=int(value),
+        images=images,
+        id=qid,
+    )
 
 
-def _categorical(context: str, question: str, options: list[tuple[str, str]], gold: str, qid: str, images: tuple,
-                 abstain: bool) -> Question:
+def _categorical(
+    context: str, question: str, options: list[tuple[str, str]], gold: str, qid: str, images: tuple, abstain: bool
+) -> Question:
     if abstain:
         options = [*options, (ABSTAIN_LABEL, ABSTAIN_TEXT)]
     listing = "\n".join(f"- {text}" for _, text in options)
-    return Question(context=f"{context}Question: {question}\nOptions:\n{listing}\nAnswer:",
-                    candidates=tuple(" " + text for _, text in options), labels=tuple(label for label, _ in options),
-                    gold=gold, images=images, id=qid)
+    return Question(
+        context=f"{context}Question: {question}\nOptions:\n{listing}\nAnswer:",
+        candidates=tuple(" " + text for _, text in options),
+        labels=tuple(label for label, _ in options),
+        gold=gold,
+        images=images,
+        id=qid,
+    )
 
 
 def frame_context(episode, t: int, perception: Perception = "describe") -> tuple[str, tuple]:
@@ -232,7 +260,10 @@ def frame_context(episode, t: int, perception: Perception = "describe") -> tuple
     if perception == "describe":
         return f"{head}{describe_frame(agent, wrist)}\nThe robot's instruction: {episode.instruction}\n", ()
     if perception == "images":
-        return f"{head}The first image is the front camera, the second the wrist camera.\nThe robot's instruction: {episode.instruction}\n", (agent, wrist)
+        return (
+            f"{head}The first image is the front camera, the second the wrist camera.\nThe robot's instruction: {episode.instruction}\n",
+            (agent, wrist),
+        )
     raise ValueError(f"unknown perception {perception!r}; known: describe, images")
 
 
@@ -243,34 +274,81 @@ def question_id(set_name: str, episode, t: int, qtype: str) -> str:
 def parse_id(qid: str) -> dict[str, str]:
     """{"set", "task", "episode", "frame", "type"} of a LIBERO question id; "episode" is unique across tasks."""
     set_name, task, demo, frame, qtype = qid.split("/")
-    return {"set": set_name, "task": task, "episode": f"{task}/{demo}", "frame": f"{task}/{demo}/{frame}", "type": qtype}
+    return {
+        "set": set_name,
+        "task": task,
+        "episode": f"{task}/{demo}",
+        "frame": f"{task}/{demo}/{frame}",
+        "type": qtype,
+    }
 
 
-def frame_questions(episode, t: int, perception: Perception = "describe", abstain: bool = True,
-                    set_name: str = "libero10") -> list[Question]:
+def frame_questions(
+    episode, t: int, perception: Perception = "describe", abstain: bool = True, set_name: str = "libero10"
+) -> list[Question]:
     """The eight questions of frame t, in QUESTION_TYPES order, sharing one context."""
     context, images = frame_context(episode, t, perception)
     labels = frame_labels(episode, t)
     steps = episode_steps(episode)
     qid = lambda qtype: question_id(set_name, episode, t, qtype)  # noqa: E731
-    step_options = [(f"step{k + 1}", text) for k, text in enumerate(steps)] + [("finished", "nothing, the task is finished")]
+    step_options = [(f"step{k + 1}", text) for k, text in enumerate(steps)] + [
+        ("finished", "nothing, the task is finished")
+    ]
     return [
-        _categorical(context, "Over the next half second, which way does the robot's gripper move?",
-                     list(DIRECTIONS), labels["r2_dir"], qid("r2_dir"), images, abstain),
-        _binary(context, "Is the instruction fully carried out in this frame?", labels["r2_done"], qid("r2_done"), images),
-        _binary(context, f"The first step of the instruction is to {steps[0]}. Is that step already done?",
-                labels["r2_first"], qid("r2_first"), images),
+        _categorical(
+            context,
+            "Over the next half second, which way does the robot's gripper move?",
+            list(DIRECTIONS),
+            labels["r2_dir"],
+            qid("r2_dir"),
+            images,
+            abstain,
+        ),
+        _binary(
+            context, "Is the instruction fully carried out in this frame?", labels["r2_done"], qid("r2_done"), images
+        ),
+        _binary(
+            context,
+            f"The first step of the instruction is to {steps[0]}. Is that step already done?",
+            labels["r2_first"],
+            qid("r2_first"),
+            images,
+        ),
         _binary(context, "Is the gripper grasping an object right now?", labels["r2_grasp"], qid("r2_grasp"), images),
-        _binary(context, "Is the robot holding an object up in its gripper, off the surface it rested on?",
-                labels["r2_hold"], qid("r2_hold"), images),
-        _categorical(context, "Which part of the instruction is the first one not done yet?", step_options,
-                     labels["r2_instr"], qid("r2_instr"), images, abstain),
-        _categorical(context, "What is the robot doing at this moment?", list(PHASES), labels["r2_phase"],
-                     qid("r2_phase"), images, abstain),
-        Question(context=f"{context}Question: How far along is the robot with the instruction?\nAnswer:",
-                 candidates=tuple(" " + p for p in PROGRESS), kind="ordinal",
-                 labels=tuple(f"level{i}" for i in range(len(PROGRESS))), gold=labels["r2_prog"], images=images,
-                 id=qid("r2_prog")),
+        _binary(
+            context,
+            "Is the robot holding an object up in its gripper, off the surface it rested on?",
+            labels["r2_hold"],
+            qid("r2_hold"),
+            images,
+        ),
+        _categorical(
+            context,
+            "Which part of the instruction is the first one not done yet?",
+            step_options,
+            labels["r2_instr"],
+            qid("r2_instr"),
+            images,
+            abstain,
+        ),
+        _categorical(
+            context,
+            "What is the robot doing at this moment?",
+            list(PHASES),
+            labels["r2_phase"],
+            qid("r2_phase"),
+            images,
+            abstain,
+        ),
+        Question(
+            context=f"{context}Question: How far along is the robot with the instruction?\nAnswer:",
+            candidates=tuple(" " + p for p in PROGRESS),
+            kind="ordinal",
+            labels=tuple(f"level{i}" for i in range(len(PROGRESS))),
+            gold=labels["r2_prog"],
+            images=images,
+            id=qid("r2_prog"),
+        ),
     ]
 
 
@@ -295,10 +373,16 @@ def load_libero(subset: str = "all", limit: int | None = None, path: str | None 
         raise ValueError(f"unknown subset {subset!r} for question set 'libero'; known: {', '.join(LIBERO_SUBSETS)}")
     file = Path(path) if path else DEFAULT_PATH
     if not file.exists() or (not path and not list(file.glob("*.hdf5"))):
-        raise FileNotFoundError(f"no LIBERO question file at {file}" + ("" if path else " (the shipped set is missing: "
-                                "regenerate it, see docs/libero.md)"))
+        raise FileNotFoundError(
+            f"no LIBERO question file at {file}"
+            + ("" if path else " (the shipped set is missing: regenerate it, see docs/libero.md)")
+        )
     set_name = "libero10" if file.resolve() == DEFAULT_PATH.resolve() else file.stem.removesuffix("_demo")
     perception: Perception = "describe" if subset == "all" else "images"
-    questions = [q for episode in _episodes(str(file.resolve())) for t in episode.frames
-                 for q in frame_questions(episode, t, perception, set_name=set_name)]
+    questions = [
+        q
+        for episode in _episodes(str(file.resolve()))
+        for t in episode.frames
+        for q in frame_questions(episode, t, perception, set_name=set_name)
+    ]
     return _apply_limit(questions, limit)

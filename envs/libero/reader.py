@@ -55,9 +55,14 @@ class StepFacts:
 
     def equal(self, other: StepFacts) -> dict[str, np.ndarray]:
         """Per fact, a (T,) bool array: where the two agree."""
-        return {name: np.all(np.asarray(getattr(self, name)).reshape(len(self.grasp), -1)
-                             == np.asarray(getattr(other, name)).reshape(len(other.grasp), -1), axis=1)
-                for name in ("grasp", "hold", "step_holds", "goal")}
+        return {
+            name: np.all(
+                np.asarray(getattr(self, name)).reshape(len(self.grasp), -1)
+                == np.asarray(getattr(other, name)).reshape(len(other.grasp), -1),
+                axis=1,
+            )
+            for name in ("grasp", "hold", "step_holds", "goal")
+        }
 
 
 @dataclass(frozen=True, eq=False)
@@ -173,8 +178,10 @@ def _read_file(file_path: Path, frames, max_frames: int) -> list[LiberoEpisode]:
     try:
         file = h5py.File(file_path, "r")
     except OSError as error:  # h5py's message names no file ("file signature not found")
-        raise LiberoFormatError(f"{file_path}: not a readable HDF5 file ({str(error).splitlines()[0]}); a LIBERO set "
-                                f"is a demonstrations .hdf5 file (or a folder of them): check dataset.path") from None
+        raise LiberoFormatError(
+            f"{file_path}: not a readable HDF5 file ({str(error).splitlines()[0]}); a LIBERO set "
+            f"is a demonstrations .hdf5 file (or a folder of them): check dataset.path"
+        ) from None
     with file:
         if "data" not in file:
             raise LiberoFormatError(f"{file_path}: no 'data' group (not the LIBERO layout)")
@@ -189,7 +196,9 @@ def _read_file(file_path: Path, frames, max_frames: int) -> list[LiberoEpisode]:
             if "obs" not in demo:
                 raise LiberoFormatError(f"{where}: no 'obs' group")
             obs = demo["obs"]
-            missing = [k for k in (*IMAGE_KEYS, *REQUIRED_OBS) if k not in obs] + [k for k in REQUIRED_DEMO if k not in demo]
+            missing = [k for k in (*IMAGE_KEYS, *REQUIRED_OBS) if k not in obs] + [
+                k for k in REQUIRED_DEMO if k not in demo
+            ]
             if missing:
                 raise LiberoFormatError(f"{where}: missing {', '.join(missing)}")
             actions = np.asarray(demo["actions"], dtype=np.float64)
@@ -202,7 +211,9 @@ def _read_file(file_path: Path, frames, max_frames: int) -> list[LiberoEpisode]:
                 if stored is not None:
                     steps = [int(s) for s in np.atleast_1d(stored)]
                 else:  # a real LIBERO demo: every step has images; keep evenly spaced ones
-                    steps = sorted(set(np.linspace(0, length - 1, min(max_frames, length)).round().astype(int).tolist()))
+                    steps = sorted(
+                        set(np.linspace(0, length - 1, min(max_frames, length)).round().astype(int).tolist())
+                    )
             else:
                 steps = sorted({int(s) for s in frames})
             bad = [s for s in steps if not 0 <= s < length]
@@ -214,28 +225,31 @@ def _read_file(file_path: Path, frames, max_frames: int) -> list[LiberoEpisode]:
             dones = np.asarray(demo["dones"], dtype=np.float64) if "dones" in demo else np.zeros(length)
             subgoals = _json_attr(demo.attrs, "subgoals")
             success = demo.attrs.get("success")
-            episodes.append(LiberoEpisode(
-                name=name,
-                task=str(demo.attrs.get("task_name", file_path.stem.removesuffix("_demo"))),
-                instruction=instruction,
-                gripper_states=np.asarray(obs["gripper_states"], dtype=np.float64),
-                ee_pos=np.asarray(obs["ee_pos"], dtype=np.float64),
-                actions=actions,
-                rewards=rewards,
-                dones=dones,
-                frames=tuple(steps),
-                images=images,
-                subgoals=tuple(subgoals) if subgoals else None,
-                facts=_read_labels(demo, where, length),
-                success=None if success is None else bool(success),
-                source=str(file_path),
-                states=np.asarray(demo["states"], dtype=np.float64) if "states" in demo else None,
-                subgoal_predicates=_json_attr(demo.attrs, "subgoal_predicates"),
-                bddl_file_name=_text_attr(demo.attrs, "bddl_file_name") or _text_attr(data.attrs, "bddl_file_name"),
-                bddl_file_content=(_text_attr(demo.attrs, "bddl_file_content")
-                                   or _text_attr(data.attrs, "bddl_file_content")),
-                model_file=_text_attr(demo.attrs, "model_file"),
-            ))
+            episodes.append(
+                LiberoEpisode(
+                    name=name,
+                    task=str(demo.attrs.get("task_name", file_path.stem.removesuffix("_demo"))),
+                    instruction=instruction,
+                    gripper_states=np.asarray(obs["gripper_states"], dtype=np.float64),
+                    ee_pos=np.asarray(obs["ee_pos"], dtype=np.float64),
+                    actions=actions,
+                    rewards=rewards,
+                    dones=dones,
+                    frames=tuple(steps),
+                    images=images,
+                    subgoals=tuple(subgoals) if subgoals else None,
+                    facts=_read_labels(demo, where, length),
+                    success=None if success is None else bool(success),
+                    source=str(file_path),
+                    states=np.asarray(demo["states"], dtype=np.float64) if "states" in demo else None,
+                    subgoal_predicates=_json_attr(demo.attrs, "subgoal_predicates"),
+                    bddl_file_name=_text_attr(demo.attrs, "bddl_file_name") or _text_attr(data.attrs, "bddl_file_name"),
+                    bddl_file_content=(
+                        _text_attr(demo.attrs, "bddl_file_content") or _text_attr(data.attrs, "bddl_file_content")
+                    ),
+                    model_file=_text_attr(demo.attrs, "model_file"),
+                )
+            )
     return episodes
 
 

@@ -51,7 +51,11 @@ PLANS: dict[str, list[tuple[str, list[tuple], list[int]]]] = {
         ("put the moka pot on the stove", [("pick_place", "moka_pot_1", "flat_stove_1_cook_region")], [1]),
     ],
     "KITCHEN_SCENE4_put_the_black_bowl_in_the_bottom_drawer_of_the_cabinet_and_close_it": [
-        ("put the black bowl in the bottom drawer", [("pick_place", "akita_black_bowl_1", "white_cabinet_1_bottom_region")], [1]),
+        (
+            "put the black bowl in the bottom drawer",
+            [("pick_place", "akita_black_bowl_1", "white_cabinet_1_bottom_region")],
+            [1],
+        ),
         ("close the drawer", [("push_joint", "white_cabinet_1_bottom_level", "white_cabinet_1_bottom_region")], [0]),
     ],
     "LIVING_ROOM_SCENE5_put_the_white_mug_on_the_left_plate_and_put_the_yellow_and_white_mug_on_the_right_plate": [
@@ -60,11 +64,19 @@ PLANS: dict[str, list[tuple[str, list[tuple], list[int]]]] = {
     ],
     "STUDY_SCENE1_pick_up_the_book_and_place_it_in_the_back_compartment_of_the_caddy": [
         ("pick up the book", [("pick", "black_book_1")], [("hold", "black_book_1")]),
-        ("place the book in the back compartment of the caddy", [("place", "black_book_1", "desk_caddy_1_back_contain_region")], [0]),
+        (
+            "place the book in the back compartment of the caddy",
+            [("place", "black_book_1", "desk_caddy_1_back_contain_region")],
+            [0],
+        ),
     ],
     "LIVING_ROOM_SCENE6_put_the_white_mug_on_the_plate_and_put_the_chocolate_pudding_to_the_right_of_the_plate": [
         ("put the white mug on the plate", [("pick_place", "porcelain_mug_1", "plate_1")], [0]),
-        ("put the chocolate pudding to the right of the plate", [("pick_place", "chocolate_pudding_1", "living_room_table_plate_right_region")], [1]),
+        (
+            "put the chocolate pudding to the right of the plate",
+            [("pick_place", "chocolate_pudding_1", "living_room_table_plate_right_region")],
+            [1],
+        ),
     ],
     "LIVING_ROOM_SCENE1_put_both_the_alphabet_soup_and_the_cream_cheese_box_in_the_basket": [
         ("put the alphabet soup in the basket", [("pick_place", "alphabet_soup_1", "basket_1_contain_region")], [0]),
@@ -72,10 +84,18 @@ PLANS: dict[str, list[tuple[str, list[tuple], list[int]]]] = {
     ],
     "KITCHEN_SCENE8_put_both_moka_pots_on_the_stove": [
         ("put the first moka pot on the stove", [("pick_place", "moka_pot_1", "flat_stove_1_cook_region")], [0]),
-        ("put the second moka pot on the stove", [("pick_place", "moka_pot_2", "flat_stove_1_cook_region"), ("press", "flat_stove_1_button")], [1, 2]),
+        (
+            "put the second moka pot on the stove",
+            [("pick_place", "moka_pot_2", "flat_stove_1_cook_region"), ("press", "flat_stove_1_button")],
+            [1, 2],
+        ),
     ],
     "KITCHEN_SCENE6_put_the_yellow_and_white_mug_in_the_microwave_and_close_it": [
-        ("put the yellow and white mug in the microwave", [("pick_place", "white_yellow_mug_1", "microwave_1_heating_region")], [0]),
+        (
+            "put the yellow and white mug in the microwave",
+            [("pick_place", "white_yellow_mug_1", "microwave_1_heating_region")],
+            [0],
+        ),
         ("close the microwave", [("push_joint", "microwave_1_microjoint", "microwave_1_heating_region")], [1]),
     ],
 }
@@ -83,7 +103,9 @@ PLANS: dict[str, list[tuple[str, list[tuple], list[int]]]] = {
 
 def plan_predicates(plan) -> list[list[list]]:
     """The plan's step predicates as `subgoal_predicates` stores them: [["goal", i]] or [["hold", object]]."""
-    return [[["goal", item] if isinstance(item, int) else list(item) for item in predicates] for _, _, predicates in plan]
+    return [
+        [["goal", item] if isinstance(item, int) else list(item) for item in predicates] for _, _, predicates in plan
+    ]
 
 
 @dataclass
@@ -270,10 +292,20 @@ def env_kwargs(bddl: str) -> dict:
     from robosuite import load_controller_config
 
     return {
-        "bddl_file_name": bddl, "robots": ["Panda"], "controller_configs": load_controller_config(default_controller="OSC_POSE"),
-        "has_renderer": False, "has_offscreen_renderer": True, "ignore_done": True, "use_camera_obs": True,
-        "camera_depths": False, "camera_names": ["robot0_eye_in_hand", "agentview"], "reward_shaping": True,
-        "control_freq": 20, "camera_heights": IMAGE_SIZE, "camera_widths": IMAGE_SIZE, "camera_segmentations": None,
+        "bddl_file_name": bddl,
+        "robots": ["Panda"],
+        "controller_configs": load_controller_config(default_controller="OSC_POSE"),
+        "has_renderer": False,
+        "has_offscreen_renderer": True,
+        "ignore_done": True,
+        "use_camera_obs": True,
+        "camera_depths": False,
+        "camera_names": ["robot0_eye_in_hand", "agentview"],
+        "reward_shaping": True,
+        "control_freq": 20,
+        "camera_heights": IMAGE_SIZE,
+        "camera_widths": IMAGE_SIZE,
+        "camera_segmentations": None,
     }
 
 
@@ -315,7 +347,9 @@ def write_labels(group, facts, specs, plan) -> bool:
     labels = group.create_group("labels")
     for name in ("grasp", "hold", "step_holds", "goal"):
         labels.create_dataset(name, data=np.asarray(getattr(facts, name), dtype=np.uint8))
-    labels.attrs["source"] = "simulator: state after each action restored; robosuite _check_grasp, contacts, BDDL predicates"
+    labels.attrs["source"] = (
+        "simulator: state after each action restored; robosuite _check_grasp, contacts, BDDL predicates"
+    )
     group.attrs["subgoals"] = json.dumps([text for text, _, _ in plan])
     group.attrs["subgoal_predicates"] = json.dumps(specs)
     success = bool(facts.goal[-1])
@@ -327,7 +361,9 @@ def write_labels(group, facts, specs, plan) -> bool:
     return success
 
 
-def record_task(task_index: int, episodes: int, seed: int, max_steps: int, per_episode: int, out_dir: Path, log) -> dict:
+def record_task(
+    task_index: int, episodes: int, seed: int, max_steps: int, per_episode: int, out_dir: Path, log
+) -> dict:
     """Run `episodes` attempts of one task (attempt seeds seed*1000+task*10+i) into `<out_dir>/<task>_demo.hdf5`."""
     import h5py
     from libero.libero import benchmark, get_libero_path
@@ -372,18 +408,29 @@ def record_task(task_index: int, episodes: int, seed: int, max_steps: int, per_e
             summary["success"].append(success)
             summary["steps"] += len(rec.actions)
             summary["blocked_steps"] += blocked
-            log(f"task {task_index} attempt {attempt}: steps {len(rec.actions)} success {success} blocked {blocked} "
+            log(
+                f"task {task_index} attempt {attempt}: steps {len(rec.actions)} success {success} blocked {blocked} "
                 f"steps done {facts.step_holds.any(axis=0).tolist()} frames {len(frames)} "
-                f"({time.monotonic() - started:.1f} s)")
+                f"({time.monotonic() - started:.1f} s)"
+            )
             file.flush()
         data.attrs["env_name"] = sim.inner.__class__.__name__
-        problem = {"problem_name": sim.inner.__class__.__name__.lower(), "domain_name": "robosuite",
-                   "language_instruction": task.language}
+        problem = {
+            "problem_name": sim.inner.__class__.__name__.lower(),
+            "domain_name": "robosuite",
+            "language_instruction": task.language,
+        }
         data.attrs["problem_info"] = json.dumps(problem)
         data.attrs["macros_image_convention"] = macros.IMAGE_CONVENTION
-        data.attrs["env_args"] = json.dumps({"type": 1, "env_name": sim.inner.__class__.__name__,
-                                             "problem_name": problem["problem_name"], "bddl_file": bddl_name(task),
-                                             "env_kwargs": env_kwargs(bddl_name(task))})
+        data.attrs["env_args"] = json.dumps(
+            {
+                "type": 1,
+                "env_name": sim.inner.__class__.__name__,
+                "problem_name": problem["problem_name"],
+                "bddl_file": bddl_name(task),
+                "env_kwargs": env_kwargs(bddl_name(task)),
+            }
+        )
         data.attrs["bddl_file_name"] = bddl_name(task)
         data.attrs["bddl_file_content"] = Path(bddl).read_text()
         data.attrs["num_demos"] = episodes

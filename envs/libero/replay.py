@@ -46,16 +46,22 @@ if gym is not None:
             if render_mode not in (None, "rgb_array"):
                 raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
             if not callable(questions_for):
-                raise TypeError("LiberoFramesEnv needs questions_for(episode, step) -> list of questions, e.g. "
-                                "jetgym.envs.libero.questions.frame_questions")
+                raise TypeError(
+                    "LiberoFramesEnv needs questions_for(episode, step) -> list of questions, e.g. "
+                    "jetgym.envs.libero.questions.frame_questions"
+                )
             self.episodes = list(episodes)
             self.questions_for = questions_for
             self.render_mode = render_mode
             height, width = episodes[0].images[episodes[0].frames[0]][0].shape[:2]
             image = spaces.Box(0, 255, (height, width, 3), np.uint8)
-            self.observation_space = spaces.Dict({
-                "agentview": image, "wrist": image, "instruction": spaces.Text(max_length=512, charset=string.printable),
-            })
+            self.observation_space = spaces.Dict(
+                {
+                    "agentview": image,
+                    "wrist": image,
+                    "instruction": spaces.Text(max_length=512, charset=string.printable),
+                }
+            )
             self.action_space = spaces.Discrete(self.MAX_CANDIDATES)
             self._episode = 0
             self._cursor = 0
@@ -71,8 +77,14 @@ if gym is not None:
             step = episode.frames[self._cursor]
             questions = self.questions_for(episode, step)
             success = bool(episode.facts.goal[step]) if episode.facts is not None else None
-            return {"questions": questions, "candidates": list(questions[0].candidates) if questions else [],
-                    "episode": episode.name, "task": episode.task, "step": step, "is_success": success}
+            return {
+                "questions": questions,
+                "candidates": list(questions[0].candidates) if questions else [],
+                "episode": episode.name,
+                "task": episode.task,
+                "step": step,
+                "is_success": success,
+            }
 
         def reset(self, *, seed: int | None = None, options: dict | None = None):
             super().reset(seed=seed)

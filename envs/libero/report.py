@@ -85,8 +85,13 @@ def libero_summary(questions: Sequence, responses: Sequence[dict], samples: int 
     }
 
 
-def compare_runs(questions: Sequence, responses_a: Sequence[dict], responses_b: Sequence[dict],
-                 samples: int = SAMPLES, seed: int = SEED) -> dict:
+def compare_runs(
+    questions: Sequence,
+    responses_a: Sequence[dict],
+    responses_b: Sequence[dict],
+    samples: int = SAMPLES,
+    seed: int = SEED,
+) -> dict:
     """Paired episode bootstrap of accuracy(a) - accuracy(b), overall and per type (points as fractions)."""
     a, b = _by_id(responses_a), _by_id(responses_b)
     out = {}
@@ -95,9 +100,13 @@ def compare_runs(questions: Sequence, responses_a: Sequence[dict], responses_b: 
         groups["overall"].append(q)
         groups[parse_id(q.id)["type"]].append(q)
     for name, items in groups.items():
-        interval = paired_episode_bootstrap([float(bool(a[q.id]["correct"])) for q in items],
-                                            [float(bool(b[q.id]["correct"])) for q in items],
-                                            [parse_id(q.id)["episode"] for q in items], samples=samples, seed=seed)
+        interval = paired_episode_bootstrap(
+            [float(bool(a[q.id]["correct"])) for q in items],
+            [float(bool(b[q.id]["correct"])) for q in items],
+            [parse_id(q.id)["episode"] for q in items],
+            samples=samples,
+            seed=seed,
+        )
         out[name] = {"difference": interval.estimate, "ci95": [interval.low, interval.high], "questions": len(items)}
     return out
 
@@ -117,8 +126,18 @@ def plot_by_type(summary: dict, path: Path) -> Path:
     x = np.arange(len(types))
     fig, ax = plt.subplots(figsize=(8, 3.6), dpi=110)
     ax.bar(x, acc, yerr=[low, high], capsize=3, color="#4C78A8", label="accuracy (95% episode bootstrap)")
-    ax.scatter(x, [s["majority_baseline"] * 100 for s in stats], marker="_", s=400, color="#E45756", label="majority class", zorder=3)
-    ax.scatter(x, [s["random_baseline"] * 100 for s in stats], marker=".", s=80, color="black", label="random", zorder=3)
+    ax.scatter(
+        x,
+        [s["majority_baseline"] * 100 for s in stats],
+        marker="_",
+        s=400,
+        color="#E45756",
+        label="majority class",
+        zorder=3,
+    )
+    ax.scatter(
+        x, [s["random_baseline"] * 100 for s in stats], marker=".", s=80, color="black", label="random", zorder=3
+    )
     ax.set_xticks(x, types, rotation=30)
     ax.set_ylabel("accuracy (%)")
     ax.set_ylim(0, 100)
@@ -151,8 +170,14 @@ def _in_place(path: Path) -> Iterator[Path]:
     yield path
 
 
-def _example_frames(questions: Sequence, rows: dict, out_dir: Path, count: int, path: str | None = None,
-                    atomic: Callable[[Path], ContextManager[Path]] = _in_place) -> list[str]:
+def _example_frames(
+    questions: Sequence,
+    rows: dict,
+    out_dir: Path,
+    count: int,
+    path: str | None = None,
+    atomic: Callable[[Path], ContextManager[Path]] = _in_place,
+) -> list[str]:
     """Markdown of `count` example frames (first frame of the first episodes): views + questions + answers."""
     from PIL import Image
 
@@ -189,31 +214,50 @@ def _example_frames(questions: Sequence, rows: dict, out_dir: Path, count: int, 
             text = str(q.context).rsplit("Question: ", 1)[-1].split("\n")[0]
             probability = max(row["probs"]) if row.get("probs") else float("nan")
             mark = "" if row["correct"] else " ✗"
-            lines.append(f"| {parse_id(q.id)['type']} | {text} | {row['gold']} | {row['choice']}{mark} | {probability:.2f} |")
+            lines.append(
+                f"| {parse_id(q.id)['type']} | {text} | {row['gold']} | {row['choice']}{mark} | {probability:.2f} |"
+            )
         lines.append("")
     return lines
 
 
 def render_markdown(summary: dict, example_lines: list[str]) -> str:
     o = summary["overall"]
-    head = (f"{MARK}\n## LIBERO offline QA\n\n{o['questions']} questions, {summary['frames']} frames, {o['episodes']} episodes. "
-            f"Overall accuracy {_pct(o['accuracy'])}% [{_pct(o['ci95'][0])}, {_pct(o['ci95'][1])}] "
-            f"(95% episode bootstrap, {summary['bootstrap']['samples']} samples, seed {summary['bootstrap']['seed']}); "
-            f"abstention {_pct(o['abstention_rate'])}%; mean gold NLL "
-            f"{'n/a' if o['mean_gold_nll'] is None else format(o['mean_gold_nll'], '.4f')}.\n\n")
-    table = ["| type | n | accuracy % | 95% CI | majority % (label) | random % | abstain % | gold NLL |",
-             "|---|---|---|---|---|---|---|---|"]
+    head = (
+        f"{MARK}\n## LIBERO offline QA\n\n{o['questions']} questions, {summary['frames']} frames, {o['episodes']} episodes. "
+        f"Overall accuracy {_pct(o['accuracy'])}% [{_pct(o['ci95'][0])}, {_pct(o['ci95'][1])}] "
+        f"(95% episode bootstrap, {summary['bootstrap']['samples']} samples, seed {summary['bootstrap']['seed']}); "
+        f"abstention {_pct(o['abstention_rate'])}%; mean gold NLL "
+        f"{'n/a' if o['mean_gold_nll'] is None else format(o['mean_gold_nll'], '.4f')}.\n\n"
+    )
+    table = [
+        "| type | n | accuracy % | 95% CI | majority % (label) | random % | abstain % | gold NLL |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, s in summary["by_type"].items():
         nll = "n/a" if s["mean_gold_nll"] is None else f"{s['mean_gold_nll']:.3f}"
-        table.append(f"| {name} | {s['questions']} | {_pct(s['accuracy'])} | [{_pct(s['ci95'][0])}, {_pct(s['ci95'][1])}] | "
-                     f"{_pct(s['majority_baseline'])} ({s['majority_label']}) | {_pct(s['random_baseline'])} | "
-                     f"{_pct(s['abstention_rate'])} | {nll} |")
-    body = head + "\n".join(table) + f"\n\n![accuracy per type]({CHART})\n\n### Example frames\n\n" + "\n".join(example_lines)
+        table.append(
+            f"| {name} | {s['questions']} | {_pct(s['accuracy'])} | [{_pct(s['ci95'][0])}, {_pct(s['ci95'][1])}] | "
+            f"{_pct(s['majority_baseline'])} ({s['majority_label']}) | {_pct(s['random_baseline'])} | "
+            f"{_pct(s['abstention_rate'])} | {nll} |"
+        )
+    body = (
+        head
+        + "\n".join(table)
+        + f"\n\n![accuracy per type]({CHART})\n\n### Example frames\n\n"
+        + "\n".join(example_lines)
+    )
     return body.rstrip() + "\n"
 
 
-def write_libero_report(questions: Sequence, responses: Sequence[dict], out_dir, examples: int = 2,
-                        path: str | None = None, atomic: Callable[[Path], ContextManager[Path]] | None = None) -> dict:
+def write_libero_report(
+    questions: Sequence,
+    responses: Sequence[dict],
+    out_dir,
+    examples: int = 2,
+    path: str | None = None,
+    atomic: Callable[[Path], ContextManager[Path]] | None = None,
+) -> dict:
     """Write the LIBERO summary, chart, example frames and report section into `out_dir`; return the summary.
     path: the LIBERO file the questions came from (default: the shipped set), read for the example views.
     atomic: `path -> context manager giving the path to write` (a run folder's `jetgym.runs.folder.atomic_file`:

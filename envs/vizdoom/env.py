@@ -39,7 +39,16 @@ from gymnasium import spaces
 from jetgym.scorers.registry import check_choice
 
 SCREEN_SHAPE = (100, 160, 3)  # rendered RES_320X200, downscaled 2x (there is no 160x100 resolution)
-BUTTONS: tuple[str, ...] = ("MOVE_FORWARD", "MOVE_BACKWARD", "TURN_LEFT", "TURN_RIGHT", "MOVE_LEFT", "MOVE_RIGHT", "ATTACK", "USE")
+BUTTONS: tuple[str, ...] = (
+    "MOVE_FORWARD",
+    "MOVE_BACKWARD",
+    "TURN_LEFT",
+    "TURN_RIGHT",
+    "MOVE_LEFT",
+    "MOVE_RIGHT",
+    "ATTACK",
+    "USE",
+)
 STATUS_VARIABLES = {"health": "HEALTH", "ammo": "SELECTED_WEAPON_AMMO", "kills": "KILLCOUNT"}  # else NAME.upper()
 # bundled cfgs whose first episode never starts in a single-player engine (checked with vizdoom 1.3.2: it hangs)
 UNPLAYABLE = {
@@ -48,8 +57,9 @@ UNPLAYABLE = {
     "freedoom1": "a Doom 1 game (maps E1M1...) while the engine starts map01",
 }
 EMPTY_STATUS = ("health",)  # shown when a cfg lists no variables (Gymnasium refuses an empty Dict space)
-NEUTRAL_BRIEFING = ("You play a ViZDoom scenario, seen from the player's eyes. Use the controls to score as many "
-                    "points as you can.")
+NEUTRAL_BRIEFING = (
+    "You play a ViZDoom scenario, seen from the player's eyes. Use the controls to score as many points as you can."
+)
 STATUS_RANGE = (-(2**20), 2**20)
 TICS_PER_SECOND = 35
 
@@ -88,22 +98,26 @@ class Scenario:
 
 SCENARIOS: dict[str, Scenario] = {
     "defend_the_center": Scenario(
-        "defend_the_center.cfg", ("health", "ammo", "kills"),
+        "defend_the_center.cfg",
+        ("health", "ammo", "kills"),
         "You stand in the middle of a round arena. Monsters come at you from all sides. Shoot as many as you can "
         "before they reach you; ammunition is limited.",
     ),
     "deadly_corridor": Scenario(
-        "deadly_corridor.cfg", ("health", "ammo", "kills"),
+        "deadly_corridor.cfg",
+        ("health", "ammo", "kills"),
         "You are at the start of a corridor guarded by soldiers on both sides. Reach the armour at the far end "
         "alive; shooting the guards helps.",
     ),
     "basic": Scenario(
-        "basic.cfg", ("ammo", "kills"),
+        "basic.cfg",
+        ("ammo", "kills"),
         "You face the far wall of a square room. One monster stands somewhere along it. Kill it as fast as "
         "you can; every shot that misses costs points.",
     ),
     "health_gathering": Scenario(
-        "health_gathering.cfg", ("health",),
+        "health_gathering.cfg",
+        ("health",),
         "The floor is acid and drains your health. Survive by walking over the medkits lying around.",
     ),
 }
@@ -165,13 +179,17 @@ def load_config(game, path: str) -> None:
         raise ValueError(f"ViZDoom cannot load the config {path}: {said or 'the engine refused it'}")
     wad = game.get_doom_scenario_path()
     if wad and not os.path.isfile(wad):
-        raise ValueError(f"the ViZDoom config {path} names doom_scenario_path {wad}, which does not exist: put the "
-                         ".wad beside the cfg (a relative doom_scenario_path is read from the cfg's folder)")
+        raise ValueError(
+            f"the ViZDoom config {path} names doom_scenario_path {wad}, which does not exist: put the "
+            ".wad beside the cfg (a relative doom_scenario_path is read from the cfg's folder)"
+        )
     iwad = game.get_doom_game_path()
     shipped = os.path.join(os.path.dirname(scenarios_dir()), os.path.basename(iwad))  # the engine looks there too
     if iwad and not os.path.isfile(iwad) and not os.path.isfile(shipped):
-        raise ValueError(f"the ViZDoom config {path} names doom_game_path {iwad}, which does not exist: that game's "
-                         "IWAD is not shipped with vizdoom; put it there or drop doom_game_path (freedoom2 is the default)")
+        raise ValueError(
+            f"the ViZDoom config {path} names doom_game_path {iwad}, which does not exist: that game's "
+            "IWAD is not shipped with vizdoom; put it there or drop doom_game_path (freedoom2 is the default)"
+        )
 
 
 def config_status(path: str) -> tuple[str, ...]:
@@ -187,21 +205,27 @@ def config_status(path: str) -> tuple[str, ...]:
 def resolve_scenario(scenario: str | None, config: str | None, briefing: str | None) -> tuple[str, Scenario]:
     """(name, Scenario) of `scenario` (a bundled name; default defend_the_center) or of a user's `config` path."""
     if scenario is not None and config is not None:
-        raise ValueError(f"give env.kwargs.scenario ({scenario!r}) or env.kwargs.config ({config!r}), not both: a "
-                         "named Doom id carries its scenario, so play your own cfg with env=doom (jetgym/Doom-v0)")
+        raise ValueError(
+            f"give env.kwargs.scenario ({scenario!r}) or env.kwargs.config ({config!r}), not both: a "
+            "named Doom id carries its scenario, so play your own cfg with env=doom (jetgym/Doom-v0)"
+        )
     if briefing is not None and (not isinstance(briefing, str) or not briefing.strip()):
         raise ValueError(f"env.kwargs.briefing must be a non-empty text or null, got {briefing!r}")
     if config is not None:
         path = os.path.abspath(os.path.expanduser(str(config)))
-        return os.path.splitext(os.path.basename(path))[0], Scenario(path, config_status(path), briefing or NEUTRAL_BRIEFING)
+        return os.path.splitext(os.path.basename(path))[0], Scenario(
+            path, config_status(path), briefing or NEUTRAL_BRIEFING
+        )
     name = "defend_the_center" if scenario is None else scenario
     if name in SCENARIOS:
         known = SCENARIOS[name]
         return name, Scenario(known.config, known.status, briefing or known.briefing)
     check_choice("ViZDoom scenario (env.kwargs.scenario)", name, bundled_scenarios())
     if name in UNPLAYABLE:
-        raise ValueError(f"the bundled ViZDoom scenario {name!r} cannot be played here: {UNPLAYABLE[name]}; pick "
-                         "another env.kwargs.scenario")
+        raise ValueError(
+            f"the bundled ViZDoom scenario {name!r} cannot be played here: {UNPLAYABLE[name]}; pick "
+            "another env.kwargs.scenario"
+        )
     path = os.path.join(scenarios_dir(), f"{name}.cfg")
     return name, Scenario(path, config_status(path), briefing or NEUTRAL_BRIEFING)
 
@@ -248,7 +272,10 @@ class EngineWatchdog:
         try:
             self.process = subprocess.Popen(
                 ["/bin/sh", "-c", self.SCRIPT, "jetgym-engine-watchdog", str(pid)],
-                stdin=read_end, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True,
+                stdin=read_end,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                close_fds=True,
                 start_new_session=True,  # a terminal's Ctrl-C / a group kill does not reach it
             )
         finally:
@@ -282,8 +309,15 @@ class DoomEnv(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": TICS_PER_SECOND}
 
-    def __init__(self, scenario: str | None = None, frame_skip: int = 4, episode_timeout: int | None = None,
-                 render_mode: str | None = None, config: str | None = None, briefing: str | None = None):
+    def __init__(
+        self,
+        scenario: str | None = None,
+        frame_skip: int = 4,
+        episode_timeout: int | None = None,
+        render_mode: str | None = None,
+        config: str | None = None,
+        briefing: str | None = None,
+    ):
         if int(frame_skip) < 1:
             raise ValueError(f"frame_skip must be >= 1, got {frame_skip}")
         if episode_timeout is not None and int(episode_timeout) < 1:
@@ -298,10 +332,12 @@ class DoomEnv(gym.Env):
         self.controls = CONTROLS
         self.task = self.scenario.briefing  # the text an agent is told before it plays
         self.action_space = spaces.Discrete(len(CONTROLS))
-        self.observation_space = spaces.Dict({
-            "screen": spaces.Box(0, 255, SCREEN_SHAPE, np.uint8),
-            "status": spaces.Dict({name: spaces.Box(*STATUS_RANGE, (), np.int32) for name in self.scenario.status}),
-        })
+        self.observation_space = spaces.Dict(
+            {
+                "screen": spaces.Box(0, 255, SCREEN_SHAPE, np.uint8),
+                "status": spaces.Dict({name: spaces.Box(*STATUS_RANGE, (), np.int32) for name in self.scenario.status}),
+            }
+        )
         self.engine_restarts = 0
         self.engine_pid: int | None = None
         self._watchdog: EngineWatchdog | None = None
@@ -324,7 +360,14 @@ class DoomEnv(gym.Env):
         game.set_mode(vzd.Mode.PLAYER)
         game.set_screen_resolution(vzd.ScreenResolution.RES_320X200)
         game.set_screen_format(vzd.ScreenFormat.RGB24)
-        for hidden in ("depth_buffer", "labels_buffer", "automap_buffer", "objects_info", "sectors_info", "audio_buffer"):
+        for hidden in (
+            "depth_buffer",
+            "labels_buffer",
+            "automap_buffer",
+            "objects_info",
+            "sectors_info",
+            "audio_buffer",
+        ):
             getattr(game, f"set_{hidden}_enabled")(False)
         game.set_available_buttons([getattr(vzd.Button, name) for name in BUTTONS])
         game.set_available_game_variables([getattr(vzd.GameVariable, engine_variable(n)) for n in self.scenario.status])
@@ -364,7 +407,12 @@ class DoomEnv(gym.Env):
 
     def _crashes(self) -> tuple[type[BaseException], ...]:
         vzd = self._vzd
-        return (vzd.ViZDoomErrorException, vzd.ViZDoomIsNotRunningException, vzd.ViZDoomUnexpectedExitException, EngineCrash)
+        return (
+            vzd.ViZDoomErrorException,
+            vzd.ViZDoomIsNotRunningException,
+            vzd.ViZDoomUnexpectedExitException,
+            EngineCrash,
+        )
 
     @staticmethod
     def action_vectors(engine_buttons: list[str]) -> list[list[float]]:
@@ -409,8 +457,11 @@ class DoomEnv(gym.Env):
             dead = finished and self._game.is_player_dead()
         except self._crashes() as exc:
             self._pending_restart = True
-            info = {"engine_restarts": self.engine_restarts, "truncated_reason": f"engine crash: {exc}",
-                    "status": _copy(self._last_obs)["status"]}
+            info = {
+                "engine_restarts": self.engine_restarts,
+                "truncated_reason": f"engine crash: {exc}",
+                "status": _copy(self._last_obs)["status"],
+            }
             return _copy(self._last_obs), 0.0, False, True, info
         info: dict[str, Any] = {"engine_restarts": self.engine_restarts, "status": _copy(obs)["status"]}
         if timeout:
@@ -448,8 +499,13 @@ class DoomEnv(gym.Env):
             values = list(state.game_variables)
         else:
             screen = self._last_obs["screen"] if self._last_obs is not None else np.zeros(SCREEN_SHAPE, np.uint8)
-            values = [game.get_game_variable(getattr(vzd.GameVariable, engine_variable(n))) for n in self.scenario.status]
-        status = {name: np.array(np.clip(round(v), *STATUS_RANGE), dtype=np.int32) for name, v in zip(self.scenario.status, values)}
+            values = [
+                game.get_game_variable(getattr(vzd.GameVariable, engine_variable(n))) for n in self.scenario.status
+            ]
+        status = {
+            name: np.array(np.clip(round(v), *STATUS_RANGE), dtype=np.int32)
+            for name, v in zip(self.scenario.status, values)
+        }
         self._last_obs = {"screen": np.ascontiguousarray(screen, dtype=np.uint8), "status": status}
         return _copy(self._last_obs)
 

@@ -57,7 +57,7 @@ def find_blobs(screen: np.ndarray, threshold: int = 48, min_area: int = 6, max_b
     background = np.median(pixels, axis=1, keepdims=True)
     mask = (np.abs(pixels - background).max(axis=2) > threshold).astype(np.uint8)
     x0, x1, y0 = WEAPON_BOX
-    mask[int(y0 * height):, int(x0 * width):int(np.ceil(x1 * width))] = 0
+    mask[int(y0 * height) :, int(x0 * width) : int(np.ceil(x1 * width))] = 0
     count, components = cv2.connectedComponents(cv2.dilate(mask, np.ones((3, 3), np.uint8)), connectivity=8)
     components = np.where(mask > 0, components, 0)
     blobs = []
@@ -67,10 +67,14 @@ def find_blobs(screen: np.ndarray, threshold: int = 48, min_area: int = 6, max_b
         tall, wide = ys.max() - ys.min() + 1, xs.max() - xs.min() + 1
         if len(xs) < min_area or tall < 3 or 2 * tall < wide:
             continue
-        blobs.append(Blob(
-            x=round(float(xs.mean() + 0.5) / width, 4), y=round(float(ys.mean() + 0.5) / height, 4),
-            area=round(len(xs) / (width * height), 5), in_crosshair=bool(xs.min() - 1 <= centre <= xs.max() + 1),
-        ))
+        blobs.append(
+            Blob(
+                x=round(float(xs.mean() + 0.5) / width, 4),
+                y=round(float(ys.mean() + 0.5) / height, 4),
+                area=round(len(xs) / (width * height), 5),
+                in_crosshair=bool(xs.min() - 1 <= centre <= xs.max() + 1),
+            )
+        )
     blobs.sort(key=lambda b: (-b.area, b.x))
     return blobs[:max_blobs]
 

@@ -13,7 +13,11 @@ def status_text(status: Mapping[str, np.ndarray]) -> str:
     """`Status: health 100, ammo 26, kills 0.` in the observation's order (floats keep their decimals)."""
     if not status:
         return "Status: none shown."
-    return "Status: " + ", ".join(f"{name} {number_text(np.asarray(value).item())}" for name, value in status.items()) + "."
+    return (
+        "Status: "
+        + ", ".join(f"{name} {number_text(np.asarray(value).item())}" for name, value in status.items())
+        + "."
+    )
 
 
 def observation_text(observation: Mapping, perception: str = "describe") -> str:

@@ -132,7 +132,9 @@ class BranchCache(cu.Cache):
 
     def __init__(self, anchor: NodeState, batch: int, share: bool, keep: bool):
         layers = [
-            AnchoredKV(a, b, anchor.length, batch, share, keep) if kind == "kv" else AnchoredLinear(a, b, batch, share, keep)
+            AnchoredKV(a, b, anchor.length, batch, share, keep)
+            if kind == "kv"
+            else AnchoredLinear(a, b, batch, share, keep)
             for kind, a, b in anchor.layers
         ]
         super().__init__(layers=layers)
@@ -155,9 +157,19 @@ class StateLedger:
 
     def observe(self, states, caches=()):
         seen: set = set()
-        recurrent = live_bytes((t for state in states for kind, *pair in state.layers if kind == "linear" for t in pair), seen)
-        recurrent += live_bytes((t for cache in caches for layer in cache.layers if isinstance(layer, AnchoredLinear)
-                                 for t in layer.live()), seen)
+        recurrent = live_bytes(
+            (t for state in states for kind, *pair in state.layers if kind == "linear" for t in pair), seen
+        )
+        recurrent += live_bytes(
+            (
+                t
+                for cache in caches
+                for layer in cache.layers
+                if isinstance(layer, AnchoredLinear)
+                for t in layer.live()
+            ),
+            seen,
+        )
         other = live_bytes((t for state in states for t in state.tensors()), seen)
         other += live_bytes((t for cache in caches for layer in cache.layers for t in layer.live()), seen)
         self.peak = max(self.peak, recurrent + other)

@@ -42,4 +42,7 @@ def span(members) -> int:
 
 def padded_pairs(parents: list[int], first_query: int, block: int = BLOCK) -> int:
     """(query, key) pairs one tree-attention call computes, bucket padding included."""
-    return sum(len(members) * width * span(members) for width, members in buckets(query_blocks(parents, first_query, block)).items())
+    return sum(
+        len(members) * width * span(members)
+        for width, members in buckets(query_blocks(parents, first_query, block)).items()
+    )

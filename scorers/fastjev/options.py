@@ -20,7 +20,9 @@ def parse_components(components) -> tuple[str, ...]:
     names = [str(c).strip().upper() for c in components]
     unknown = [c for c in names if c not in COMPONENTS]
     if unknown:
-        raise ValueError(f"unknown fastjev component {unknown[0]!r}; known: T (trie), S (shared anchoring), P (pruning)")
+        raise ValueError(
+            f"unknown fastjev component {unknown[0]!r}; known: T (trie), S (shared anchoring), P (pruning)"
+        )
     return tuple(c for c in COMPONENTS if c in names)
 
 
@@ -51,7 +53,9 @@ class FastJevOptions(ScorerOptions):
         if self.pruning_k < 0:
             raise ValueError(f"pruning k must be >= 0, got {self.pruning_k}")
         if self.pruning_k > 0 and "P" not in self.components:
-            raise ValueError(f"pruning k={self.pruning_k} needs component P; components are {'+'.join(self.components) or 'none'}")
+            raise ValueError(
+                f"pruning k={self.pruning_k} needs component P; components are {'+'.join(self.components) or 'none'}"
+            )
         if self.call_overhead_tokens < 0:
             raise ValueError(f"call_overhead_tokens must be >= 0, got {self.call_overhead_tokens}")
 

@@ -46,8 +46,12 @@ def run_tree(model, call: TreeCall, start: int = 0, end: int | None = None, anch
             logits_to_keep=torch.tensor([r - start for r in rows] or [0], device=device),
             tree_layout=layout,
         )
-    result = gather_by_owner(out.logits[0], [row_of[call.rows[t]] for t in picks], [call.targets[t] for t in picks],
-                             [call.owners[t] for t in picks])
+    result = gather_by_owner(
+        out.logits[0],
+        [row_of[call.rows[t]] for t in picks],
+        [call.targets[t] for t in picks],
+        [call.owners[t] for t in picks],
+    )
     if not keep:
         return result, None
     return result, (cache.row_state(0, end) if cache is not None else snapshot_prefix(out.cache, end))
@@ -127,14 +131,18 @@ def _path_sums(items, node_lp: dict) -> list[list[float]]:
 
 
 @torch.inference_mode()
-def score_tries_many(model, items: list[tuple[tuple[int, ...], CandidateTrie]], max_batch_tokens: int,
-                     skip=(), min_shared: int = 0) -> list[Scored]:
+def score_tries_many(
+    model, items: list[tuple[tuple[int, ...], CandidateTrie]], max_batch_tokens: int, skip=(), min_shared: int = 0
+) -> list[Scored]:
     """FastJEV's packed schedule over (prefix, candidate trie) items (jet's is `execution.score_packed_many`,
     over flat candidate lists). Pack questions into calls of at most max_batch_tokens tokens (an oversized question alone); rows of
     neighbouring questions with at least `min_shared` common prefix tokens run that part once (0: never)."""
     results: list[Scored | None] = [None] * len(items)
     rows, alone = shared_rows([p for p, _ in items], [len(t.fed()) for _, t in items], max_batch_tokens, min_shared)
-    groups = [[rows[r] for r in group] for group in greedy_groups([(r, row[2]) for r, row in enumerate(rows)], max_batch_tokens)]
+    groups = [
+        [rows[r] for r in group]
+        for group in greedy_groups([(r, row[2]) for r, row in enumerate(rows)], max_batch_tokens)
+    ]
     groups += [[([i], len(items[i][0]), packed_tokens(*items[i]))] for i in alone]
     for group in groups:
         order = [i for members, _, _ in group for i in members]

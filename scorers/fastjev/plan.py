@@ -53,8 +53,15 @@ def node_parents(trie: CandidateTrie) -> list[int]:
     return parents + [trie.prefix_length - 1 if trie.parent[n] == ROOT else key[trie.parent[n]] for n in fed]
 
 
-def plan_costs(shared: CandidateTrie | None, flat: CandidateTrie, capacity: int, call_tokens: float, pair_cost: float,
-               attention_only: bool, pruned: bool) -> dict[str, float]:
+def plan_costs(
+    shared: CandidateTrie | None,
+    flat: CandidateTrie,
+    capacity: int,
+    call_tokens: float,
+    pair_cost: float,
+    attention_only: bool,
+    pruned: bool,
+) -> dict[str, float]:
     costs = {"flat": segmented_plan_cost(flat, capacity, call_tokens, pair_cost)}
     if shared is not None:
         costs["segmented"] = segmented_plan_cost(shared, capacity, call_tokens, pair_cost)
@@ -73,7 +80,12 @@ def pair_cost_of(config) -> float:
     text = getattr(config, "text_config", None) or config
     layer_types = getattr(text, "layer_types", None) or ["full_attention"] * text.num_hidden_layers
     attention_layers = sum(1 for t in layer_types if "attention" in t and t != "linear_attention")
-    hidden = getattr(text, "num_attention_heads", 1) * (getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads)
+    hidden = getattr(text, "num_attention_heads", 1) * (
+        getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    )
     layers = text.num_hidden_layers
-    params = layers * (4 * text.hidden_size ** 2 + 3 * text.hidden_size * text.intermediate_size) + text.vocab_size * text.hidden_size
+    params = (
+        layers * (4 * text.hidden_size**2 + 3 * text.hidden_size * text.intermediate_size)
+        + text.vocab_size * text.hidden_size
+    )
     return 4 * hidden * attention_layers / (2 * params)

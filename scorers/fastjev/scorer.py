@@ -47,20 +47,26 @@ class FastJevScorer(ScorerBase):
 
             model = load_model(model, self.options.placement, self.options.adapter)
         elif self.options.adapter is not None:
-            raise ValueError("adapter= is merged when the scorer loads the model from its spec; for an already "
-                             "loaded model call jetgym.scorers.adapters.apply_adapter(loaded, path) first")
+            raise ValueError(
+                "adapter= is merged when the scorer loads the model from its spec; for an already "
+                "loaded model call jetgym.scorers.adapters.apply_adapter(loaded, path) first"
+            )
         self.loaded = model
         self.corrections = Corrections(self.options)  # normalization, temperature, cached candidate priors
         self.n_layers = len(decoder_layers(model.model))
         if model.kind == "vision":
             raise ValueError(f"model {spec!r} is a vision-language model: fastjev scores text-only causal LMs")
         if self.options.schedule == "packed" and model.kind != "attention":
-            raise ValueError(f"schedule 'packed' needs an attention-only model; {spec!r} is {model.kind}: use 'segmented' or 'auto'")
+            raise ValueError(
+                f"schedule 'packed' needs an attention-only model; {spec!r} is {model.kind}: use 'segmented' or 'auto'"
+            )
         from .tree_attention import unsupported_reason
 
         reason = unsupported_reason(model.model.config) if model.kind == "attention" else model.kind
         if self.options.schedule == "packed" and reason:
-            raise ValueError(f"schedule 'packed' (tree attention) cannot run {spec!r}: {reason}; use 'segmented' or 'auto'")
+            raise ValueError(
+                f"schedule 'packed' (tree attention) cannot run {spec!r}: {reason}; use 'segmented' or 'auto'"
+            )
         self.packable = reason is None  # `auto` may choose the packed plan
         self.skip = load_mask(spec, self.options.pruning_k, self.n_layers, self.options.calibration)
         from .plan import pair_cost_of
@@ -69,7 +75,11 @@ class FastJevScorer(ScorerBase):
         self.last_plans: list[str] = []
 
     def describe(self) -> dict:
-        return {**super().describe(), "components": "+".join(self.options.components), "skipped_layers": list(self.skip)}
+        return {
+            **super().describe(),
+            "components": "+".join(self.options.components),
+            "skipped_layers": list(self.skip),
+        }
 
     # ------------------------------------------------------------ encoding and planning
 
@@ -81,8 +91,9 @@ class FastJevScorer(ScorerBase):
         validate_candidates(candidates, question.kind)
         if question.images:
             raise ValueError(f"model {self.loaded.spec!r} cannot score images: this scorer reads text only")
-        return candidates, encode(self.loaded.tokenizer, question.context, list(candidates), self.options.template,
-                                  self.loaded.window)
+        return candidates, encode(
+            self.loaded.tokenizer, question.context, list(candidates), self.options.template, self.loaded.window
+        )
 
     def plan(self, encoded, skip=None) -> tuple[str, object]:
         """(plan name, trie) for one encoded question: packed / segmented / flat."""
@@ -94,8 +105,15 @@ class FastJevScorer(ScorerBase):
         shared = CandidateTrie.build(len(encoded.prefix), encoded.continuations) if self.options.trie else None
         schedule = self.options.schedule
         if schedule == "auto":
-            costs = plan_costs(shared, flat, self.options.max_batch_tokens, self.options.call_overhead_tokens,
-                               self.pair_cost, self.packable, bool(skip))
+            costs = plan_costs(
+                shared,
+                flat,
+                self.options.max_batch_tokens,
+                self.options.call_overhead_tokens,
+                self.pair_cost,
+                self.packable,
+                bool(skip),
+            )
             name = choose(costs)
         else:
             name = schedule if shared is not None else ("packed" if schedule == "packed" else "flat")
@@ -117,13 +135,16 @@ class FastJevScorer(ScorerBase):
         packed = [i for i, (name, _) in enumerate(plans) if name == "packed"]
         if packed:
             items = [(encoded_all[i].prefix, plans[i][1]) for i in packed]
-            scored_all = score_tries_many(model, items, self.options.max_batch_tokens, skip, self.options.min_shared_prefix)
+            scored_all = score_tries_many(
+                model, items, self.options.max_batch_tokens, skip, self.options.min_shared_prefix
+            )
             for i, scored in zip(packed, scored_all):
                 results[i] = scored
         for i, (name, trie) in enumerate(plans):
             if name != "packed":
-                results[i] = score_segmented(model, encoded_all[i].prefix, trie, self.options.max_batch_tokens, skip,
-                                             share=self.options.share)
+                results[i] = score_segmented(
+                    model, encoded_all[i].prefix, trie, self.options.max_batch_tokens, skip, share=self.options.share
+                )
         return results
 
     def prepare(self, questions: Sequence[Question]) -> list[Encoded]:
@@ -140,8 +161,15 @@ class FastJevScorer(ScorerBase):
         """Decisions in the same order; packed questions share forward calls."""
         extra = self.corrections.prior_questions(self.loaded, [p.candidates for p in prepared])
         scored = self.score_encoded([p.encoded for p in prepared] + extra)  # candidate priors run with the questions
-        del self.last_plans[len(prepared):]
-        self.corrections.take(scored[len(prepared):])
-        return [make_decision(p.question, p.candidates, result.logprobs, result.work.usage(),
-                              **self.corrections.arguments(p.candidates, [len(c) for c in p.encoded.continuations]))
-                for p, result in zip(prepared, scored)]
+        del self.last_plans[len(prepared) :]
+        self.corrections.take(scored[len(prepared) :])
+        return [
+            make_decision(
+                p.question,
+                p.candidates,
+                result.logprobs,
+                result.work.usage(),
+                **self.corrections.arguments(p.candidates, [len(c) for c in p.encoded.continuations]),
+            )
+            for p, result in zip(prepared, scored)
+        ]

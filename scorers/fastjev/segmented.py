@@ -49,8 +49,14 @@ def score_segmented(model, prefix, trie: CandidateTrie, max_batch_tokens: int, s
         length = states[parent].length
         for group, internal in sibling_groups(segments, kids.get(parent, []), max_batch_tokens):
             chains = [[trie.token[n] for n in segments[s].nodes] for s in group]
-            targets = [[(k, trie.token[child], child) for k, node in enumerate(segments[s].nodes)
-                        for child in trie.children[node]] for s in group]
+            targets = [
+                [
+                    (k, trie.token[child], child)
+                    for k, node in enumerate(segments[s].nodes)
+                    for child in trie.children[node]
+                ]
+                for s in group
+            ]
             cache = BranchCache(states[parent], len(group), share, keep=internal or not share)
             with skipping(model, skip):
                 sums = run_chains(model, chains, targets, cache, length)

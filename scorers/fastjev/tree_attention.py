@@ -54,13 +54,29 @@ def build_layout(parents: list[int], first_query: int, device, block: int = BLOC
             rows.extend(s * width + i for i in range(length))
             targets.extend(q - first_query for q in own)
         mask = torch.arange(keys_per_block)[None, None, :] < torch.tensor(limits)[:, :, None]
-        out.append(Bucket(torch.tensor(queries, device=device), torch.tensor(keys, device=device),
-                          mask[:, None].to(device), torch.tensor(rows, device=device), torch.tensor(targets, device=device)))
+        out.append(
+            Bucket(
+                torch.tensor(queries, device=device),
+                torch.tensor(keys, device=device),
+                mask[:, None].to(device),
+                torch.tensor(rows, device=device),
+                torch.tensor(targets, device=device),
+            )
+        )
     return TreeLayout(len(parents) - first_query, tuple(out))
 
 
-def tree_attention_forward(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
-                           tree_layout: TreeLayout | None = None, **kwargs):
+def tree_attention_forward(
+    module,
+    query,
+    key,
+    value,
+    attention_mask,
+    dropout: float = 0.0,
+    scaling=None,
+    tree_layout: TreeLayout | None = None,
+    **kwargs,
+):
     """Attention over root paths; query (1, H, N, D), key/value (1, KV, keys, D) -> ((1, N, H, D), None)."""
     if tree_layout is None:
         raise RuntimeError(f"attention '{NAME}' needs a tree_layout (use scorers.fastjev.tree_attention)")

@@ -97,7 +97,9 @@ class CandidateTrie:
                 segment_of[node] = len(chains)
                 chains.append([node])
                 parents.append(ROOT if up == ROOT else segment_of[up])
-        return [Segment(tuple(chain), parent, bool(self.fed_children(chain[-1]))) for chain, parent in zip(chains, parents)]
+        return [
+            Segment(tuple(chain), parent, bool(self.fed_children(chain[-1]))) for chain, parent in zip(chains, parents)
+        ]
 
 
 def sibling_groups(segments, kids: list[int], capacity: int) -> list[tuple[list[int], bool]]:

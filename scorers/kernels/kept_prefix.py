@@ -90,6 +90,9 @@ class KeptPrefix:
 
         if not 0 < length <= len(self.tokens):
             raise ValueError(f"cannot read {length} keys of a kept prefix of {len(self.tokens)} tokens")
-        return DynamicCache(ddp_cache_data=[  # the cache copies the expanded views into tensors of its own
-            (k[:, :, :length].expand(rows, -1, -1, -1), v[:, :, :length].expand(rows, -1, -1, -1))
-            for k, v in self.layers])
+        return DynamicCache(
+            ddp_cache_data=[  # the cache copies the expanded views into tensors of its own
+                (k[:, :, :length].expand(rows, -1, -1, -1), v[:, :, :length].expand(rows, -1, -1, -1))
+                for k, v in self.layers
+            ]
+        )

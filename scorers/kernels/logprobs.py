@@ -10,8 +10,9 @@ import torch
 NORMALIZER_ROWS = 256  # logits rows normalized at a time
 
 
-def gather_sums(logits: torch.Tensor, rows: list[int], targets: list[int], owners: list[int], n: int,
-                greedy: bool = False) -> list:
+def gather_sums(
+    logits: torch.Tensor, rows: list[int], targets: list[int], owners: list[int], n: int, greedy: bool = False
+) -> list:
     """Sum of log_softmax(logits[row])[target] per owner (0..n-1); only the n sums leave the device.
 
     Normalized a chunk of rows at a time (no log_softmax copy of a many-row vocabulary tensor), as
@@ -20,8 +21,12 @@ def gather_sums(logits: torch.Tensor, rows: list[int], targets: list[int], owner
     on ties as `torch.argmax` picks it)."""
     device, logits = logits.device, logits.float()
     peak = logits.amax(dim=-1)
-    log_total = torch.cat([(chunk - top[:, None]).exp_().sum(dim=-1).log_()
-                           for chunk, top in zip(logits.split(NORMALIZER_ROWS), peak.split(NORMALIZER_ROWS))])
+    log_total = torch.cat(
+        [
+            (chunk - top[:, None]).exp_().sum(dim=-1).log_()
+            for chunk, top in zip(logits.split(NORMALIZER_ROWS), peak.split(NORMALIZER_ROWS))
+        ]
+    )
     rows_t, targets_t, owners_t = (torch.tensor(v, device=device) for v in (rows, targets, owners))
     picked = (logits[rows_t, targets_t].double() - peak[rows_t].double()) - log_total[rows_t].double()
     sums = torch.zeros(n, dtype=torch.float64, device=device)
@@ -34,8 +39,9 @@ def gather_sums(logits: torch.Tensor, rows: list[int], targets: list[int], owner
     return [(value, miss == 0) for value, miss in zip(sums.cpu().tolist(), misses.cpu().tolist())]
 
 
-def gather_by_owner(logits: torch.Tensor, rows: list[int], targets: list[int], owners: list[Hashable],
-                    greedy: bool = False) -> dict:
+def gather_by_owner(
+    logits: torch.Tensor, rows: list[int], targets: list[int], owners: list[Hashable], greedy: bool = False
+) -> dict:
     """`gather_sums` with any hashable owners: {owner: summed log-prob} (with `greedy`: {owner: (sum, greedy)})."""
     slots = {owner: i for i, owner in enumerate(dict.fromkeys(owners))}
     if not slots:

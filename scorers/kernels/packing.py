@@ -42,8 +42,9 @@ def common_length(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
-def shared_prefix_groups(prefixes: Sequence[Sequence[int]], min_shared: int,
-                         shareable: Sequence[bool] | None = None) -> list[tuple[list[int], int]]:
+def shared_prefix_groups(
+    prefixes: Sequence[Sequence[int]], min_shared: int, shareable: Sequence[bool] | None = None
+) -> list[tuple[list[int], int]]:
     """(member indices, common prefix length) for runs of neighbouring prefixes scored with their common
     part once; a prefix alone has common length = its own length.
 
@@ -63,8 +64,13 @@ def shared_prefix_groups(prefixes: Sequence[Sequence[int]], min_shared: int,
     return groups
 
 
-def shared_rows(prefixes: Sequence[Sequence[int]], own: Sequence[int], capacity: int, min_shared: int,
-                shareable: Sequence[bool] | None = None) -> tuple[list[tuple[list[int], int, int]], list[int]]:
+def shared_rows(
+    prefixes: Sequence[Sequence[int]],
+    own: Sequence[int],
+    capacity: int,
+    min_shared: int,
+    shareable: Sequence[bool] | None = None,
+) -> tuple[list[tuple[list[int], int, int]], list[int]]:
     """Packed rows (members, common prefix length, tokens) of at most `capacity` tokens, and the items too
     large for any row. A row's tokens: its common prefix once, then each member's prefix tail and its `own`
     tokens (fed candidate tokens or trie nodes). A sharing group too large for one row is split into

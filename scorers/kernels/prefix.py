@@ -37,8 +37,15 @@ def forget_positions(model) -> None:
 
 
 @torch.inference_mode()
-def prefix_call(model, prefix: Sequence[int], targets: Sequence[int], work: Work, inputs: dict | None = None,
-                cache=None, greedy: bool = False):
+def prefix_call(
+    model,
+    prefix: Sequence[int],
+    targets: Sequence[int],
+    work: Work,
+    inputs: dict | None = None,
+    cache=None,
+    greedy: bool = False,
+):
     """Run `prefix` once with a cache (every layer); return (cache, log-probs of `targets` as next tokens).
 
     `inputs`: the prefix's extra model inputs (`prefix_inputs`), None for text. `cache`: a cache already
@@ -49,10 +56,16 @@ def prefix_call(model, prefix: Sequence[int], targets: Sequence[int], work: Work
     done = 0 if cache is None else cache.get_seq_length()
     if not 0 <= done < len(prefix) or (done and inputs):
         raise ValueError(f"a cache of {done} keys cannot start a text prefix of {len(prefix)} tokens")
-    out = model(input_ids=torch.tensor([list(prefix[done:])], device=model_device(model)), use_cache=True,
-                logits_to_keep=1, cache=cache, **(inputs or {}))
-    sums = gather_sums(out.logits[0, -1:], [0] * len(targets), list(targets), list(range(len(targets))), len(targets),
-                       greedy)
+    out = model(
+        input_ids=torch.tensor([list(prefix[done:])], device=model_device(model)),
+        use_cache=True,
+        logits_to_keep=1,
+        cache=cache,
+        **(inputs or {}),
+    )
+    sums = gather_sums(
+        out.logits[0, -1:], [0] * len(targets), list(targets), list(range(len(targets))), len(targets), greedy
+    )
     work.prefix_tokens += len(prefix) - done
     work.forward_calls += 1
     return out.cache, sums

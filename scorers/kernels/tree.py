@@ -126,7 +126,7 @@ def row_layout(calls: list[TreeCall], start: int = 0, extra_keys: Sequence[Seque
         positions[b, pad:] = torch.tensor(call.position[start:])
         visible = call.visible(start)
         allowed[b, pad:, :start] = visible[:, :start]
-        allowed[b, pad:, start + pad:] = visible[:, start:]
+        allowed[b, pad:, start + pad :] = visible[:, start:]
         allowed[b, torch.arange(pad), start + torch.arange(pad)] = True
         picks.append(call.fed_targets(start, len(call)))
     keep = {pad + call.rows[t] - start for call, pad, chosen in zip(calls, pads, picks) for t in chosen}
@@ -160,7 +160,9 @@ def run_rows(model, calls: list[TreeCall], start: int = 0, cache=None, greedy: b
             use_cache=cache is not None,
             logits_to_keep=torch.tensor(layout.keep or [0], device=device),
         )
-    sums = gather_by_owner(out.logits.reshape(-1, out.logits.shape[-1]), layout.rows, layout.targets, layout.owners, greedy)
+    sums = gather_by_owner(
+        out.logits.reshape(-1, out.logits.shape[-1]), layout.rows, layout.targets, layout.owners, greedy
+    )
     results: list[dict] = [{} for _ in calls]
     for (b, owner), value in sums.items():
         results[b][owner] = value
@@ -168,8 +170,9 @@ def run_rows(model, calls: list[TreeCall], start: int = 0, cache=None, greedy: b
 
 
 @torch.inference_mode()
-def run_chains(model, chains: list[Sequence[int]], targets: list[list[tuple[int, int, Hashable]]], cache,
-               cached: int) -> dict:
+def run_chains(
+    model, chains: list[Sequence[int]], targets: list[list[tuple[int, int, Hashable]]], cache, cached: int
+) -> dict:
     """One forward call of right-padded token chains continuing `cache` (`cached` keys, batch-expanded to the
     chains); targets[b] lists (index in chain b, target token, owner). Returns {owner: summed log-prob}.
 
@@ -189,8 +192,13 @@ def run_chains(model, chains: list[Sequence[int]], targets: list[list[tuple[int,
             owners.append(owner)
     positions = torch.arange(cached, cached + width).expand(len(chains), width)
     with grouped_rows(model):
-        out = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device),
-                    cache=cache, use_cache=True)
+        out = model(
+            input_ids=ids.to(device),
+            attention_mask=mask.to(device),
+            position_ids=positions.to(device),
+            cache=cache,
+            use_cache=True,
+        )
     return gather_by_owner(out.logits.reshape(-1, out.logits.shape[-1]), rows, picked, owners)
 
 
@@ -200,5 +208,7 @@ def row_states(cache, calls: list[TreeCall], start: int, row: int, keys: Sequenc
     pad = max(len(call) - start for call in calls) - (len(calls[row]) - start)
     layers = cache.layers
     columns = torch.tensor([k if k < start else k + pad for k in keys], device=layers[0].keys.device)
-    return [(layer.keys[row : row + 1].index_select(2, columns), layer.values[row : row + 1].index_select(2, columns))
-            for layer in layers]
+    return [
+        (layer.keys[row : row + 1].index_select(2, columns), layer.values[row : row + 1].index_select(2, columns))
+        for layer in layers
+    ]
