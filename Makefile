@@ -36,8 +36,7 @@ lint: setup
 	$(PY) -m mypy
 
 bench: setup
-	$(PY) -m pip install -q -e '.[bench]'
-	$(VENV)/bin/jetgym-bench
+	$(PY) -m benchmarks.scoring
 
 clean:
 	rm -rf $(VENV) outputs

@@ -3,7 +3,6 @@
 Writes <model>.json (model id, J_l, ranking, calibration set description) and <model>_J.png (J_l per layer,
 log scale, the `highlight_k` pruned layers highlighted) into the run folder, and the JSON into the user's
 calibration cache, where `fastjev` finds it (`jetgym.scorers.fastjev.pruning.calibration_path`).
-`publish=true` (source checkout only) also replaces the file shipped with jetgym and the plot in docs/calibration.
 The set is MMLU test questions outside the 285-question evaluation subset; answers are never read.
 """
 
@@ -25,7 +24,7 @@ from jetgym.scripts.config import CONFIG_PATH, ModelConfig, PlacementConfig, to_
 @dataclass
 class CalibrateConfig:
     """size: calibration questions, evenly spaced over MMLU `all` minus the evaluation subset `exclude_subset`.
-    output_dir: the run folder (null: Hydra's run dir); publish: also update the shipped file (checkout only)."""
+    output_dir: the run folder (null: Hydra's run dir)."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
     placement: PlacementConfig = field(default_factory=PlacementConfig)
@@ -35,7 +34,6 @@ class CalibrateConfig:
     max_batch_tokens: int = 1024
     highlight_k: int = 6
     output_dir: Optional[str] = None
-    publish: bool = False
 
     def __post_init__(self):
         if self.size < 1:
@@ -70,8 +68,7 @@ def run_calibrate(cfg) -> dict:
     from jetgym.scorers.fastjev.calibration import calibrate, plot_sensitivity, write_calibration
     import shutil
 
-    from jetgym.scorers.fastjev.pruning import SHIPPED_CALIBRATIONS, slug, user_calibrations
-    from jetgym.scripts.benchmarks_doc import docs_dir
+    from jetgym.scorers.fastjev.pruning import slug, user_calibrations
 
     config: CalibrateConfig = to_config(cfg)
     questions, description = calibration_questions(config.size, config.exclude_subset)
@@ -86,16 +83,11 @@ def run_calibrate(cfg) -> dict:
     record = calibrate(scorer, questions, description)
     out, name = Path(config.output_dir), slug(config.model.spec)
     path = write_calibration(record, out / f"{name}.json")
-    plot = plot_sensitivity(record, out / f"{name}_J.png", config.highlight_k)
-    targets = [user_calibrations()]
-    if config.publish:
-        targets.append(SHIPPED_CALIBRATIONS)
-        (docs_dir() / "calibration").mkdir(exist_ok=True)
-        shutil.copyfile(plot, docs_dir() / "calibration" / plot.name)
-    for folder in targets:
-        folder.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, folder / path.name)
-    print(f"ranking (least sensitive first): {record['ranking']}; written {path} and {targets[0] / path.name}")
+    plot_sensitivity(record, out / f"{name}_J.png", config.highlight_k)
+    cache = user_calibrations()
+    cache.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(path, cache / path.name)
+    print(f"ranking (least sensitive first): {record['ranking']}; written {path} and {cache / path.name}")
     return record
 
 

@@ -165,8 +165,6 @@ class QAConfig:
     chunk_size: int = 16
     # prepare (render, tokenize, trace) the next chunk in a worker thread while the current one is scored
     pipeline: bool = True
-    # also write this run's summary into docs/benchmarks.md (checkout only), as the section `qa-<record>`
-    record: Optional[str] = None
     # a question the scorer refuses (e.g. longer than the model window): `stop` the run naming it, or
     # `skip` it (recorded in responses.jsonl as skipped, counted in the summary)
     on_error: str = "stop"

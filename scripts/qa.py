@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from jetgym.scripts.cli import command_args, process_start, save_hydra_config, start, user_errors
+from jetgym.scripts.cli import process_start, save_hydra_config, start, user_errors
 
 PROCESS_START = process_start()
 
@@ -26,10 +26,10 @@ from jetgym.scripts.config import CONFIG_PATH, QAConfig, build_scorer, to_config
 
 
 def run_settings(config: QAConfig) -> dict:
-    """What must not change between a run and its resumption: all but output_dir, pipeline, record, on_error,
+    """What must not change between a run and its resumption: all but output_dir, pipeline, on_error,
     rank_timeout_s, allow_single_choice and dataset.limit (`run_qa` adds the number of ranks)."""
     settings = asdict(config)
-    for key in ("output_dir", "pipeline", "record", "on_error", "rank_timeout_s", "allow_single_choice"):
+    for key in ("output_dir", "pipeline", "on_error", "rank_timeout_s", "allow_single_choice"):
         settings.pop(key, None)
     settings["dataset"].pop("limit")
     return settings
@@ -72,12 +72,6 @@ def run_qa(cfg: Any, output_dir: str | os.PathLike | None = None, started: float
     )
     if "accuracy" not in summary:  # a data-parallel rank other than 0
         return summary
-    if config.record:
-        from jetgym.scripts.benchmarks_doc import write_section
-
-        command = "jetgym-qa " + " ".join(command_args())
-        report = runner.render_report(summary)
-        write_section(f"qa-{config.record}", f"{report}\nCommand: `{command}`\n".replace("# QA:", "## QA:", 1))
     accuracy = "n/a" if summary["accuracy"] is None else f"{summary['accuracy']:.4f}"
     skipped = (
         f"; {summary['skipped']} question(s) skipped (see 'skipped' in {runner.RESPONSES})"

@@ -138,13 +138,30 @@ def test_architecture_doc_lists_the_imports_as_they_are():
         assert f"| `{package}` | {layer} |" in table.group(1)
 
 
-def test_every_benchmark_has_a_console_script():
-    """Each `scripts/bench_*.py` is started by a `jetgym-bench-*` command whose target is its `main`."""
+def test_the_product_installs_one_front_door_and_no_benchmark():
+    """`jetgym` and the job aliases are the installed commands; the benchmarks stay in the checkout's benchmarks/,
+    which the wheel does not ship, and each runs as `python -m benchmarks.<name>`."""
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    targets = {target: command for command, target in scripts.items()}
-    for path in sorted((ROOT / "scripts").glob("bench_*.py")):
-        target = f"jetgym.scripts.{path.stem}:main"
-        assert target in targets, f"{path.name} has no console script: add `jetgym-{path.stem.replace('_', '-')}`"
-        assert targets[target] == f"jetgym-{path.stem.replace('_', '-')}"
+    assert scripts["jetgym"] == "jetgym.scripts.main:main"
+    assert not [name for name in scripts if "bench" in name]
+    assert not [target for target in scripts.values() if not target.startswith("jetgym.scripts.")]
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    assert not [p for p in packages if "bench" in p]
+    for path in sorted((ROOT / "benchmarks").glob("*.py")):
         tree = ast.parse(path.read_text())
-        assert any(isinstance(node, ast.FunctionDef) and node.name == "main" for node in tree.body), path.name
+        if path.stem not in ("__init__", "doc", "flops"):
+            assert any(isinstance(node, ast.FunctionDef) and node.name == "main" for node in tree.body), path.name
+            assert '__name__ == "__main__"' in path.read_text(), path.name
+    readme = (ROOT / "benchmarks" / "README.md").read_text()
+    listed = {path.stem for path in (ROOT / "benchmarks").glob("*.py")} - {"__init__", "doc", "flops"}
+    assert not [name for name in listed if f"python -m benchmarks.{name}" not in readme]
+
+
+def test_scripts_stay_a_thin_layer():
+    """The jobs and their composition root are at most 12% of the package's lines."""
+    mapping = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    lines = {
+        folder: sum(len(p.read_text().splitlines()) for p in (ROOT / folder).glob("*.py"))
+        for folder in mapping.values()
+    }
+    assert lines["scripts"] <= 0.12 * sum(lines.values()), lines

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("vizdoom")
 
-from jetgym.scripts.bench_episode import SCENARIOS, compare, main, results_name  # noqa: E402
+from benchmarks.vizdoom import SCENARIOS, compare, main, results_name  # noqa: E402
 
 
 def test_a_partial_run_never_takes_the_whole_section():

@@ -1,10 +1,10 @@
-"""`jetgym-bench-lm-eval`'s agreement and report from results shaped as lm-eval's (no model run here)."""
+"""`python -m benchmarks.lm_eval`'s agreement and report from results shaped as lm-eval's (no model run here)."""
 
 from __future__ import annotations
 
 import pytest
 
-from jetgym.scripts.bench_lm_eval import agreement, main, render
+from benchmarks.lm_eval import agreement, main, render
 
 
 def results(values, acc):
@@ -41,7 +41,7 @@ def test_report_names_every_method_and_speedup():
         "metrics": {"acc,none": {"hf": 0.5, "jetgym": 0.5}},
     }
     r = {
-        "command": "jetgym-bench-lm-eval",
+        "command": "python -m benchmarks.lm_eval",
         "cpus": 2,
         "threads": 2,
         "model": "m",

@@ -11,7 +11,7 @@ pytest.importorskip("minigrid")
 
 def test_rounds_cover_every_env_and_pair_the_seeds(tmp_path, monkeypatch, fake_scorer):
     import jetgym.scorers
-    from jetgym.scripts import bench_minigrid
+    from benchmarks import minigrid as bench_minigrid
 
     real = jetgym.scorers.make_scorer
     monkeypatch.setattr(jetgym.scorers, "make_scorer", lambda name, **options: real("fake", **options))
@@ -30,7 +30,7 @@ def test_rounds_cover_every_env_and_pair_the_seeds(tmp_path, monkeypatch, fake_s
 
 
 def test_a_partial_run_says_what_is_missing():
-    from jetgym.scripts.bench_minigrid import render
+    from benchmarks.minigrid import render
 
     game = {
         "env": "minigrid_empty_5x5",

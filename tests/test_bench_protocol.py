@@ -8,8 +8,8 @@ import statistics
 
 import pytest
 
-from jetgym.scripts.bench import BenchConfig, per_question_summary
-from jetgym.scripts.bench_fastjev import (
+from benchmarks.scoring import BenchConfig, per_question_summary
+from benchmarks.fastjev import (
     BenchFastJevConfig,
     auto_ratio,
     chosen_plan,
@@ -23,7 +23,7 @@ from jetgym.scripts.bench_fastjev import (
     summarize_again,
 )
 from jetgym.questions.bootstrap import bootstrap
-from jetgym.scripts.benchmarks_doc import rotated, spread
+from benchmarks.doc import rotated, spread
 
 
 # ---------------------------------------------------------------- interleaving and summaries
@@ -261,7 +261,7 @@ def test_fit_refuses_what_it_cannot_fit():
 def test_model_flops_equal_a_hand_count_on_a_tiny_llama():
     from tiny_models import tiny_llama
 
-    from jetgym.scripts.flops import ModelFlops
+    from benchmarks.flops import ModelFlops
 
     # hidden 32, intermediate 64, 4 heads of 8, 2 key/value heads, vocab 101, 2 layers:
     # per layer q 32x32 + k 32x16 + v 32x16 + o 32x32 + gate/up/down 3 x 32x64 = 9216 weights -> 18,432 FLOPs;
@@ -277,7 +277,7 @@ def test_model_flops_count_a_tied_head():
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from jetgym.scripts.flops import ModelFlops
+    from benchmarks.flops import ModelFlops
 
     torch.manual_seed(0)
     config = LlamaConfig(
@@ -297,7 +297,7 @@ def test_model_flops_count_a_tied_head():
 def test_matmul_peak_is_a_rate():
     import torch
 
-    from jetgym.scripts.flops import dtype_name, matmul_peak
+    from benchmarks.flops import dtype_name, matmul_peak
 
     assert matmul_peak(torch.float32, size=64, repeats=2) > 0
     assert dtype_name(torch.bfloat16) == "bfloat16"

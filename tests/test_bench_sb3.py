@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from jetgym.scripts import bench_sb3
+from benchmarks import sb3 as bench_sb3
 
 
 def test_sb3_reference_trains_and_evaluates(tmp_path, capsys):

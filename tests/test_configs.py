@@ -57,8 +57,8 @@ def test_every_config_composes(job, overrides):
     "job,module",
     [
         ("calibrate", "jetgym.scripts.calibrate"),
-        ("bench", "jetgym.scripts.bench"),
-        ("bench_fastjev", "jetgym.scripts.bench_fastjev"),
+        ("bench", "benchmarks.scoring"),
+        ("bench_fastjev", "benchmarks.fastjev"),
     ],
 )
 def test_other_jobs_compose(job, module):

@@ -58,7 +58,7 @@ def test_bf16_keeps_fp32_choices_where_the_margin_is_large():
 
 
 def test_bench_dtype_methods_parse_their_trials():
-    from jetgym.scripts.bench_dtype import BenchDtypeConfig, MethodSpec
+    from benchmarks.dtype import BenchDtypeConfig, MethodSpec
 
     assert MethodSpec.parse("bfloat16+compile+threads:1+batch:4096+reuse") == MethodSpec(
         "bfloat16", True, 1, 4096, True
@@ -81,7 +81,7 @@ def test_bench_dtype_methods_parse_their_trials():
     ],
 )
 def test_bench_dtype_refuses_bad_methods(methods, message):
-    from jetgym.scripts.bench_dtype import BenchDtypeConfig
+    from benchmarks.dtype import BenchDtypeConfig
 
     with pytest.raises(ValueError) as error:
         BenchDtypeConfig(methods=methods)
@@ -89,7 +89,7 @@ def test_bench_dtype_refuses_bad_methods(methods, message):
 
 
 def test_bench_dtype_question_sets_name_their_missing_inputs(tmp_path):
-    from jetgym.scripts.bench_dtype import BenchDtypeConfig, recorded_questions
+    from benchmarks.dtype import BenchDtypeConfig, recorded_questions
 
     with pytest.raises(ValueError, match="questions must be one of mmlu, libero, doom, got 'atari'"):
         BenchDtypeConfig(questions="atari")
@@ -109,7 +109,7 @@ def test_bench_dtype_reads_the_questions_a_run_recorded(tmp_path):
     import json
 
     from jetgym.envs.vizdoom.env import CONTROLS
-    from jetgym.scripts.bench_dtype import recorded_questions
+    from benchmarks.dtype import recorded_questions
 
     chat = [{"role": "system", "content": "Shoot."}, {"role": "user", "content": "Seen on screen: nothing."}]
     rows = [

@@ -14,28 +14,45 @@ import pytest
 
 from jetgym.scripts.config import compose, to_config
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]  # docs/benchmarks.md quotes past commands: not examples
+EXAMPLES = [page for page in PAGES if page.name != "benchmarks.md"]
+# a command's job -> (config name, module that stores its schema)
 JOBS = {
-    "jetgym-qa": ("qa", "jetgym.scripts.qa"),
-    "jetgym-episode": ("episode", "jetgym.scripts.episode"),
-    "jetgym-bench": ("bench", "jetgym.scripts.bench"),
-    "jetgym-calibrate": ("calibrate", "jetgym.scripts.calibrate"),
-    "jetgym-bench-fastjev": ("bench_fastjev", "jetgym.scripts.bench_fastjev"),
-    "jetgym-bench-dtype": ("bench_dtype", "jetgym.scripts.bench_dtype"),
-    "jetgym-train": ("train", "jetgym.scripts.train"),
+    "qa": ("qa", "jetgym.scripts.qa"),
+    "episode": ("episode", "jetgym.scripts.episode"),
+    "train": ("train", "jetgym.scripts.train"),
+    "eval": ("eval", "jetgym.scripts.evaluate"),
+    "calibrate": ("calibrate", "jetgym.scripts.calibrate"),
+    "benchmarks.scoring": ("bench", "benchmarks.scoring"),
+    "benchmarks.fastjev": ("bench_fastjev", "benchmarks.fastjev"),
+    "benchmarks.dtype": ("bench_dtype", "benchmarks.dtype"),
 }
 
 
-def blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", README.read_text(), re.S)
+def blocks(language: str, pages=(README,)) -> list[str]:
+    return [b for page in pages for b in re.findall(rf"```{language}\n(.*?)```", page.read_text(), re.S)]
+
+
+def job_of(words: list[str]) -> tuple[str | None, list[str]]:
+    """(job, its arguments) of a command line: `jetgym JOB ...`, `jetgym-JOB ...` or `python -m benchmarks.X ...`."""
+    program = Path(words[0]).name
+    if program == "jetgym" and len(words) > 1:
+        return words[1], words[2:]
+    if program.startswith("jetgym-"):
+        return program.removeprefix("jetgym-"), words[1:]
+    if program.startswith("python") and words[1:2] == ["-m"] and len(words) > 2:
+        return words[2], words[3:]
+    return None, []
 
 
 def commands() -> list[list[str]]:
     found = []
-    for block in blocks("bash"):
+    for block in blocks("bash", EXAMPLES):
         for line in block.splitlines():
             words = shlex.split(line, comments=True)
-            if words and Path(words[0]).name in JOBS:
+            if words and job_of(words)[0] in JOBS:
                 found.append(words)
     return found
 
@@ -50,11 +67,12 @@ def test_readme_starts_with_the_two_commands():
 
 @pytest.mark.parametrize("words", commands(), ids=lambda w: " ".join(w[:3]))
 def test_readme_command_lines_compose(words):
-    job, module = JOBS[Path(words[0]).name]
+    name, args = job_of(words)
+    job, module = JOBS[name]
     importlib.import_module(module)  # stores the job's schema
-    overrides = [w for w in words[1:] if w != "-m"]
+    overrides = [w for w in args if w != "-m"]
     sweeps = [
-        [f"{o.split('=')[0]}={v}" for v in o.split("=", 1)[1].split(",")] if "-m" in words and "," in o else [o]
+        [f"{o.split('=')[0]}={v}" for v in o.split("=", 1)[1].split(",")] if "-m" in args and "," in o else [o]
         for o in overrides
     ]  # a sweep's jobs: each value of a comma list
     for choice in itertools.product(*sweeps):
@@ -65,7 +83,7 @@ def test_readme_command_lines_compose(words):
     "code",
     [
         pytest.param(b, marks=pytest.mark.slow) if "make_scorer(" in b or "JetgymLM(" in b else b
-        for b in blocks("python")
+        for b in blocks("python", EXAMPLES)
     ],
     ids=lambda b: b.splitlines()[0][:40],
 )

@@ -710,7 +710,7 @@ def test_unique_trains_each_distinct_question_once_and_holds_out_only_unseen_one
 
 def test_learning_benchmark_rebuilds_the_run_env():
     """The env settings a run recorded (null, booleans, strings, lists) come back unchanged through Hydra."""
-    from jetgym.scripts.bench_learning import env_controls, env_overrides
+    from jetgym.scripts.evaluate import env_controls, env_overrides
     from jetgym.scripts.config import compose, to_config
 
     kwargs = {
@@ -733,7 +733,7 @@ def test_learning_benchmark_rebuilds_the_run_env():
 
 def test_learning_benchmark_scorers_pick_by_the_policy_asked(tiny_folder, monkeypatch):
     import jetgym.agents
-    from jetgym.scripts.bench_learning import play
+    from jetgym.scripts.evaluate import play
 
     picked = []
     monkeypatch.setattr(jetgym.agents, "rollout", lambda env, agent, *args, **kwargs: picked.append(agent.policy) or [])
@@ -744,7 +744,7 @@ def test_learning_benchmark_scorers_pick_by_the_policy_asked(tiny_folder, monkey
 
 def test_learning_benchmark_leaves_out_fixed_controls_the_env_masks():
     """Taxi masks every control at some step (walls, pick-ups away from the passenger): no fixed baseline there."""
-    from jetgym.scripts.bench_learning import fixed_returns
+    from jetgym.scripts.evaluate import fixed_returns
 
     taxi = fixed_returns(["env=taxi"], (0, 2), ["move south", "pick up the passenger"])
     assert taxi == {"move south": None, "pick up the passenger": None}
@@ -753,7 +753,8 @@ def test_learning_benchmark_leaves_out_fixed_controls_the_env_masks():
 
 
 def test_learning_benchmark_reads_every_demonstration_file_and_refuses_bad_counts(tmp_path, capsys):
-    from jetgym.scripts.bench_learning import demonstration_episodes, demonstration_seeds, main, seed_spans
+    from benchmarks.learning import main, seed_spans
+    from jetgym.scripts.evaluate import demonstration_episodes, demonstration_seeds
 
     for k, seeds in enumerate(((1, 2, 2), (1,))):  # file 0: episode 1 has two steps
         rows = [{"episode": e, "seed": s} for e, s in zip((0, 1, 1), seeds)]
@@ -787,7 +788,7 @@ def test_learning_benchmark_reads_every_demonstration_file_and_refuses_bad_count
 
 
 def test_training_speed_benchmark_checks_every_method_against_per_candidate(tiny_folder, tmp_path):
-    from jetgym.scripts.bench_train import main
+    from benchmarks.train_cost import main
 
     main(
         [
@@ -818,7 +819,7 @@ def test_training_speed_benchmark_checks_every_method_against_per_candidate(tiny
 def test_learning_benchmark_plays_several_training_seeds_on_the_same_held_out_seeds(tiny_folder, tmp_path, capsys):
     """Each run plays the held-out seeds; the mean over training seeds is paired with every baseline; runs of
     different settings, and several sft runs, are refused."""
-    from jetgym.scripts.bench_learning import main
+    from benchmarks.learning import main
     from jetgym.scripts.config import compose
     from jetgym.scripts.train import train
 
@@ -892,8 +893,8 @@ def test_bf16_autocast_is_refused_on_a_cpu_without_native_bf16(monkeypatch, tmp_
 
 
 def test_learning_benchmark_reports_an_rft_run_beside_sb3_on_the_same_held_out_seeds(tiny_folder, tmp_path, capsys):
-    from jetgym.scripts import bench_sb3
-    from jetgym.scripts.bench_learning import main
+    from benchmarks import sb3 as bench_sb3
+    from benchmarks.learning import main
     from jetgym.scripts.config import compose
     from jetgym.scripts.train import train
 
@@ -991,7 +992,7 @@ def results_env(run) -> dict:
 
 
 def test_learning_benchmark_reads_a_setting_missing_from_an_older_run_as_null():
-    from jetgym.scripts.bench_learning import same_configuration
+    from jetgym.training.evaluation import same_configuration
 
     older, newer = (
         {"env": {"id": "FrozenLake-v1"}, "seed": 0},
@@ -1005,7 +1006,7 @@ def test_learning_benchmark_reads_a_setting_missing_from_an_older_run_as_null():
 
 
 def test_learning_benchmark_reads_an_option_missing_from_an_older_run_at_its_default():
-    from jetgym.scripts.bench_learning import same_configuration
+    from jetgym.training.evaluation import same_configuration
 
     older = {"algorithm": "rft", "options": {"group": 4}, "seed": 0}
     newer = {"algorithm": "rft", "options": {"group": 4, "advantage": "plan"}, "seed": 1}

@@ -9,7 +9,7 @@ Estimated cost, in token-equivalents of one full forward (the prefix call is com
   its whole width; a packed call computes its tree-attention buckets (`blocks.padded_pairs`);
 - pair_cost = 4 * hidden * attention_layers / (2 * parameters): the flops of one pair over those of one token.
 The scorer's default call_overhead_tokens (32) was measured on the embedded model on this project's 2-core CPU.
-`jetgym-bench-fastjev` fits both constants (call cost and pair cost) to plan timings on one half of its grid and
+`python -m benchmarks.fastjev` fits both constants (call cost and pair cost) to plan timings on one half of its grid and
 judges `auto` on the other half (docs/benchmarks.md, fastjev section); other hardware may want other values.
 Hybrid models have no packed plan (recurrent layers cannot use a tree mask).
 """

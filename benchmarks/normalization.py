@@ -1,6 +1,6 @@
 """MMLU-285 decision quality for each `normalization`, with template none and chat (embedded model).
 
-    jetgym-bench-normalization [--docs] [--limit N] [--out DIR] [--templates none,chat] [--dtype float32]
+    python -m benchmarks.normalization [--docs] [--limit N] [--out DIR] [--templates none,chat] [--dtype float32]
 
 Per template, two scorer passes over the questions: `contextual` (content-free premise
 "Question: N/A\\nAnswer:", the MMLU prompt with the question removed) and `pmi` (default premise "Answer:").
@@ -169,12 +169,12 @@ def main(argv=None) -> None:
     parser.add_argument("--templates", default="none,chat")
     parser.add_argument("--dtype", default="float32")
     args = parser.parse_args(argv)
-    from jetgym.scripts.benchmarks_doc import write_results
+    from benchmarks.doc import write_results
 
     templates = tuple(args.templates.split(","))
     results = run(args.limit, templates=templates, dtype=args.dtype)
     command = (
-        "jetgym-bench-normalization"
+        "python -m benchmarks.normalization"
         + (" --docs" if args.docs else "")
         + (f" --limit {args.limit}" if args.limit else "")
         + f" --templates {args.templates} --dtype {args.dtype}"

@@ -9,8 +9,8 @@ scorer's paired success difference to random (same seeds). The scorer plays in r
 every env, and each round is written at once (JSON, and the docs section with --docs), so a stopped run covers
 every env with the seeds it finished.
 
-    nice .venv/bin/jetgym-bench-minigrid --docs
-    nice .venv/bin/jetgym-bench-minigrid --envs minigrid_empty_5x5 --episodes 10
+    nice .venv/bin/python -m benchmarks.minigrid --docs
+    nice .venv/bin/python -m benchmarks.minigrid --envs minigrid_empty_5x5 --episodes 10
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import statistics
 import time
 
 
-from jetgym.scripts.bench_gym import interval
+from benchmarks.gym import interval
 
 ENVS = ("babyai_goto_red_ball_grey", "babyai_goto_obj", "minigrid_empty_5x5")
 
@@ -83,7 +83,7 @@ def bench(
     import torch
 
     from jetgym.scorers import make_scorer
-    from jetgym.scripts.benchmarks_doc import write_results
+    from benchmarks.doc import write_results
 
     started = time.monotonic()
     scorer = make_scorer("jet", model="smollm2-135m-instruct", placement={"device": "cpu", "dtype": "auto"})
@@ -134,7 +134,7 @@ def render(results: dict) -> str:
     lines = [
         "## MiniGrid / BabyAI: the scorer zero-shot vs random",
         "",
-        f"`nice .venv/bin/jetgym-bench-minigrid --envs {envs} --episodes {results['episodes']} "
+        f"`nice .venv/bin/python -m benchmarks.minigrid --envs {envs} --episodes {results['episodes']} "
         f"--docs` ({results['machine']}, {results['dtype'] or 'dtype auto'}, embedded SmolLM2-135M-Instruct, jet "
         f"scorer, chat template, no worked examples; run so far {results['wall_seconds']:.0f} s). Ready configs "
         f"`env=<name>`; the observation is the `minigrid` describer's text of the agent's 7x7 view and the mission; "

@@ -1,4 +1,4 @@
-"""`jetgym-bench-train`: the cost of one PPO minibatch update, packed against one sequence per candidate.
+"""`python -m benchmarks.train_cost`: the cost of one PPO minibatch update, packed against one sequence per candidate.
 
 The workload: minibatches of scorer-agent questions from random play of FrozenLake-v1 and Taxi-v4 (the
 questions the agent asks, its controls as candidates; Taxi's mask removes some). One update = the PPO loss
@@ -16,7 +16,7 @@ round), after a warm-up; each reports the first pass, the median and the quartil
 `per-candidate` is checked in fp32. Peak memory is the process's peak resident set after each method's
 rounds (it only grows, so read it in the order printed).
 
-    jetgym-bench-train --rounds 3 --docs
+    python -m benchmarks.train_cost --rounds 3 --docs
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import time
 import numpy as np
 import torch
 
-from jetgym.scripts.benchmarks_doc import rotated, spread, write_results
+from benchmarks.doc import rotated, spread, write_results
 
 ENVS = {
     "frozenlake": (
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
     lines = [
         f"## {name.replace('_', '-')}",
         "",
-        "Command: `jetgym-bench-train "
+        "Command: `python -m benchmarks.train_cost "
         + f"--rounds {args.rounds} --minibatch {args.minibatch}"
         + (f" --lora-layers {args.lora_layers}" if args.lora_layers else "")
         + f" --dtypes {' '.join(args.dtypes)}"

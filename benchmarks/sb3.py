@@ -1,11 +1,11 @@
-"""`jetgym-bench-sb3`: the sample-efficiency reference for `jetgym-train` PPO: stable-baselines3 PPO with an MLP
+"""`python -m benchmarks.sb3`: the sample-efficiency reference for `jetgym-train` PPO: stable-baselines3 PPO with an MLP
 (sb3-contrib MaskablePPO on Taxi, whose action mask the scorer agent also uses) on the same envs, trained for a
 ladder of env-step budgets with several training seeds, each evaluated greedily on held-out seeds 0..N-1.
 
 It answers: how many env steps does a well-kept RL library need on these envs, and how does that compare with
 the env steps `jetgym-train` gets through in its time budget on this CPU (see the `train-*` sections)?
 
-    jetgym-bench-sb3 --docs
+    python -m benchmarks.sb3 --docs
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from jetgym.scripts.benchmarks_doc import write_results
+from benchmarks.doc import write_results
 
 ENVS = {
     "frozenlake-still": ("FrozenLake-v1", {"is_slippery": False}),
@@ -121,7 +121,7 @@ def run(args) -> dict:
     results = {
         "machine": platform.processor() or platform.machine(),
         "threads": torch.get_num_threads(),
-        "command": f"jetgym-bench-sb3 --budgets {' '.join(map(str, args.budgets))} --seeds {args.seeds} "
+        "command": f"python -m benchmarks.sb3 --budgets {' '.join(map(str, args.budgets))} --seeds {args.seeds} "
         f"--episodes {args.episodes}",
         "runs": [],
     }
@@ -160,7 +160,7 @@ def report(results: dict) -> str:
             + f"{np.median([r['train_seconds'] for r in group]):.1f} |"
         )
     budgets = " ".join(str(b) for b in sorted({r["env_steps"] for r in runs}))
-    command = results.get("command", f"jetgym-bench-sb3 --budgets {budgets} --seeds {len(seeds)} --episodes {episodes}")
+    command = results.get("command", f"python -m benchmarks.sb3 --budgets {budgets} --seeds {len(seeds)} --episodes {episodes}")
     return "\n".join(
         [
             "## train-sb3",

@@ -1,4 +1,4 @@
-"""`jetgym-bench-lm-eval`: lm-eval wall time with `--model jetgym` against `--model hf`, same model folder.
+"""`python -m benchmarks.lm_eval`: lm-eval wall time with `--model jetgym` against `--model hf`, same model folder.
 
 Workloads (offline tasks, see `jetgym.integrations.lm_eval_tasks`): MMLU-285 with the answer texts as choices
 (`jetgym_mmlu285_cloze`) and with lm-eval's lettered prompt (`jetgym_mmlu285`), a few-shot one (the cloze task
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from jetgym.scripts.benchmarks_doc import rotated, spread, write_results
+from benchmarks.doc import rotated, spread, write_results
 
 DTYPES = ("float32", "bfloat16")
 
@@ -118,7 +118,7 @@ def run_bench(args) -> dict:
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
     count = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
-    extra = Path(tempfile.mkdtemp(prefix="jetgym-bench-lm-eval-"))
+    extra = Path(tempfile.mkdtemp(prefix="python -m benchmarks.lm_eval-"))
     text_task = perplexity_task(extra)
     manager = TaskManager(include_path=[str(task_folder()), str(extra)])
     methods = {}
@@ -142,7 +142,7 @@ def run_bench(args) -> dict:
         )
 
     out = {
-        "command": " ".join(["jetgym-bench-lm-eval", *sys.argv[1:]]),
+        "command": " ".join(["python -m benchmarks.lm_eval", *sys.argv[1:]]),
         "machine": platform.processor() or platform.machine(),
         "cpus": os.cpu_count(),
         "threads": torch.get_num_threads(),
@@ -234,7 +234,7 @@ def render(r: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="jetgym-bench-lm-eval", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.lm_eval", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--hf-batch-size", type=int, default=8)

@@ -1,4 +1,4 @@
-"""`jetgym-bench`: JET execution cost on the MMLU subset against floors, the reference and lm-eval.
+"""`python -m benchmarks.scoring`: JET execution cost on the MMLU subset against floors, the reference and lm-eval.
 
 Protocol (docs/design.md, "Benchmark protocol"): every method runs in one process, `rounds` times per question, interleaved in an order
 that rotates every round (each method leads in turn), after an untimed warm-up on the first questions:
@@ -13,7 +13,7 @@ range over questions, and the first pass (the median over questions of the first
 Whole set: `decide_many` with cross-question packing vs lm-eval over all requests at several batch sizes, each
 `whole_set_rounds` times, interleaved the same way: median, interquartile range, first pass.
 Distance to the hardware limit: achieved model FLOP/s of every method (model FLOPs of the tokens it feeds,
-`jetgym.scripts.flops`) next to the peak of a large matmul in the model's dtype, measured in the same run.
+`benchmarks.flops`) next to the peak of a large matmul in the model's dtype, measured in the same run.
 `dtype` (float32 | bfloat16 | auto) loads jet's model and lm-eval's in the same dtype. Writes
 docs/benchmarks.md (section jet-execution, or jet-execution-<dtype> for another dtype) and docs/bench/.
 """
@@ -32,7 +32,7 @@ from hydra.core.config_store import ConfigStore
 from tqdm import tqdm
 
 from jetgym.scorers.placement import Placement
-from jetgym.scripts.benchmarks_doc import rotated, run_config, spread, write_results
+from benchmarks.doc import rotated, run_config, spread, write_results
 from jetgym.scripts.config import CONFIG_PATH
 
 SCHEDULES = ("batched", "packed")
@@ -107,7 +107,7 @@ def run_bench(cfg: BenchConfig) -> dict:
     from jetgym.scorers.execution import fed_tokens
     from jetgym.scorers.models import load_model, resolve
     from jetgym.scorers.prompts import encode
-    from jetgym.scripts.flops import ModelFlops, dtype_name, matmul_peak, model_dtype
+    from benchmarks.flops import ModelFlops, dtype_name, matmul_peak, model_dtype
 
     questions = load_mmlu(subset=cfg.subset, limit=cfg.limit)
     loaded = load_model(cfg.model, {"device": "cpu", "dtype": cfg.dtype})
@@ -217,7 +217,7 @@ def run_bench(cfg: BenchConfig) -> dict:
         whole[n] = spread(t)
         whole[n]["model_flops_per_second"] = flops(*whole_tokens[n]) / whole[n]["median"]
     results = {
-        "command": "jetgym-bench " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks.scoring " + " ".join(sys.argv[1:]),
         "dtype": dtype_name(dtype),
         "cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),

@@ -10,8 +10,8 @@
 
 The model runs in the dtype `jetgym-episode` uses (`placement.dtype=auto`: bf16 on CPUs with native bf16).
 
-    nice .venv/bin/jetgym-bench-gym --docs
-    nice .venv/bin/jetgym-bench-gym --model-episodes frozenlake=100 taxi=20 --rounds 2
+    nice .venv/bin/python -m benchmarks.gym --docs
+    nice .venv/bin/python -m benchmarks.gym --model-episodes frozenlake=100 taxi=20 --rounds 2
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def bench(
     import torch
 
     from jetgym.scorers import make_scorer
-    from jetgym.scripts.benchmarks_doc import write_results
+    from benchmarks.doc import write_results
 
     model_episodes = {name: (model_episodes or {}).get(name, episodes) for name in ENVS}
     started = time.monotonic()
@@ -173,7 +173,7 @@ def render(results: dict, episodes: int, model_episodes: dict[str, int], seed: i
     lines = [
         "## Gymnasium toy text: FrozenLake-v1 and Taxi-v4",
         "",
-        f"`nice .venv/bin/jetgym-bench-gym --episodes {episodes} --model-episodes {counts} --docs` "
+        f"`nice .venv/bin/python -m benchmarks.gym --episodes {episodes} --model-episodes {counts} --docs` "
         f"({results['machine']}, {results['dtype']}, embedded SmolLM2-135M-Instruct, jet scorer, chat template; "
         f"whole run {results['wall_seconds']:.0f} s). Ready configs `env=frozenlake` (4x4, slippery) and `env=taxi` "
         f"(the env's action mask removes illegal actions from the candidates); seeds {seed}.. ; played on "
@@ -233,7 +233,7 @@ def main(argv=None) -> None:
     parser.add_argument("--output-dir", default="outputs/bench_gym")
     parser.add_argument("--docs", action="store_true", help="also write docs/benchmarks.md (source checkout)")
     args = parser.parse_args(argv)
-    from jetgym.scripts.benchmarks_doc import parse_counts
+    from benchmarks.doc import parse_counts
 
     counts = parse_counts(parser, "--model-episodes", "ENV", args.model_episodes, list(ENVS), 1)
     bench(args.episodes, counts, args.seed, args.num_envs, args.steps, args.rounds, args.output_dir, args.docs)

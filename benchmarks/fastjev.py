@@ -1,4 +1,4 @@
-"""`jetgym-bench-fastjev`: FastJEV structure and cost on the embedded model (tiny hybrid for S).
+"""`python -m benchmarks.fastjev`: FastJEV structure and cost on the embedded model (tiny hybrid for S).
 
 Protocol (docs/design.md, "Benchmark protocol"): the workload grid (default: the paper's 96 workloads) is split by a
 seeded shuffle (`split_seed`) into a fitting half and a held-out half.
@@ -11,7 +11,7 @@ seeded shuffle (`split_seed`) into a fitting half and a held-out half.
   its time over the faster of the packed trie and S+P, median over rounds and first pass, with intervals.
 Also measured: logical candidate-token reduction of the trie on MMLU-285; the live cache bytes each method
 keeps (`Usage.cache_bytes`; process peak RSS is not separable per method); achieved model FLOP/s per method
-next to the peak of a large matmul in the model's dtype in the same run (`jetgym.scripts.flops`); the cost of
+next to the peak of a large matmul in the model's dtype in the same run (`benchmarks.flops`); the cost of
 a 1-token call measured directly (for comparison with the fitted one); S on a tiny random hybrid model (peak
 live state bytes under Copy/Keep vs Share/Drop); accuracy retention at k=0..10 when `retention=true`
 (6 QA runs on MMLU-285). Writes the `fastjev` section of docs/benchmarks.md and docs/bench/fastjev.json.
@@ -33,7 +33,7 @@ from hydra.core.config_store import ConfigStore
 from tqdm import tqdm
 
 from jetgym.questions.bootstrap import bootstrap
-from jetgym.scripts.benchmarks_doc import docs_dir, rotated, run_config, spread, write_results
+from benchmarks.doc import docs_dir, rotated, run_config, spread, write_results
 from jetgym.scripts.config import CONFIG_PATH
 
 AUTO_FITTED = "T+S+P auto (fitted)"
@@ -300,7 +300,7 @@ def run_bench(cfg: BenchFastJevConfig) -> dict:
     from jetgym.scorers.fastjev.pruning import calibration_path
     from jetgym.scorers.fastjev.trie import CandidateTrie
     from jetgym.scorers.models import load_model
-    from jetgym.scripts.flops import ModelFlops, dtype_name, matmul_peak, model_dtype
+    from benchmarks.flops import ModelFlops, dtype_name, matmul_peak, model_dtype
 
     loaded = load_model(cfg.model)
     k = cfg.k if calibration_path(cfg.model).exists() else 0
@@ -328,7 +328,7 @@ def run_bench(cfg: BenchFastJevConfig) -> dict:
     flops = ModelFlops.of(loaded.model)
     dtype = model_dtype(loaded.model)
     results = {
-        "command": "jetgym-bench-fastjev " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks.fastjev " + " ".join(sys.argv[1:]),
         "cores": os.cpu_count(),
         "rounds": cfg.rounds,
         "dtype": dtype_name(dtype),
@@ -697,7 +697,7 @@ def render(r: dict) -> str:
     else:
         lines += [
             "",
-            "Retention sweep (k = 0..10 on MMLU-285) not run in this pass: `jetgym-bench-fastjev retention=true`.",
+            "Retention sweep (k = 0..10 on MMLU-285) not run in this pass: `python -m benchmarks.fastjev retention=true`.",
         ]
     return "\n".join(lines)
 
@@ -720,9 +720,9 @@ def summarize_again(cfg: BenchFastJevConfig) -> dict:
     if not isinstance(results, dict) or not results.get("workloads"):
         raise ValueError(
             f"summarize_from={path}: no per-workload timings ('workloads') in it; pass the fastjev.json "
-            "a jetgym-bench-fastjev run wrote"
+            "a python -m benchmarks.fastjev run wrote"
         )
-    results["summarized_by"] = "jetgym-bench-fastjev " + " ".join(sys.argv[1:])
+    results["summarized_by"] = "python -m benchmarks.fastjev " + " ".join(sys.argv[1:])
     return write_run(cfg, summarize(results))
 
 

@@ -1,4 +1,4 @@
-"""`jetgym-bench-dtype`: speed and agreement of the fast CPU dtypes against the fp32 reference.
+"""`python -m benchmarks.dtype`: speed and agreement of the fast CPU dtypes against the fp32 reference.
 
 Question sets (`questions=`): `mmlu` (MMLU-285, the default), `libero` (the shipped LIBERO frames, describe
 text) and `doom` (the questions a `jetgym-episode` run recorded in its steps.jsonl, `steps=PATH`, scored
@@ -19,7 +19,7 @@ the peak of a large matmul in the same dtype, measured in the same run (distance
 Writes `dtype.json` / `dtype.md` into the run folder (`dtype_<set>` for libero and doom); `docs=true` also
 writes the matching section of docs/benchmarks.md (`dtype`, `dtype-libero`, `dtype-doom`).
 
-    jetgym-bench-dtype questions=doom steps=runs/doom/steps.jsonl limit=300 chunk_size=1 \
+    python -m benchmarks.dtype questions=doom steps=runs/doom/steps.jsonl limit=300 chunk_size=1 \
         methods=[float32,float32+reuse,bfloat16,bfloat16+reuse]
 """
 
@@ -37,7 +37,7 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from tqdm import tqdm
 
-from jetgym.scripts.benchmarks_doc import run_config, write_results
+from benchmarks.doc import run_config, write_results
 from jetgym.scripts.config import CONFIG_PATH
 
 
@@ -202,7 +202,7 @@ def run_bench(cfg: BenchDtypeConfig) -> dict:
     import torch
 
     from jetgym.scorers.placement import cpu_has_native_bf16
-    from jetgym.scripts.flops import ModelFlops, matmul_peak
+    from benchmarks.flops import ModelFlops, matmul_peak
 
     questions = load_questions(cfg)
     chunks = [questions[i : i + cfg.chunk_size] for i in range(0, len(questions), cfg.chunk_size)]
@@ -249,7 +249,7 @@ def run_bench(cfg: BenchDtypeConfig) -> dict:
             "matmul_peak_flops_per_second": peaks[MethodSpec.parse(name).dtype],
         }
     return {
-        "command": "jetgym-bench-dtype " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks.dtype " + " ".join(sys.argv[1:]),
         "questions": len(questions),
         "chunks": len(chunks),
         "cores": os.cpu_count(),

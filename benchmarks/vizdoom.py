@@ -11,9 +11,9 @@ paired with the same baselines. A run of some scenarios writes its own section (
 Seeds used to tune prompts must not be the reported ones: the default seed (1000) is above the tuning seeds
 noted in docs/benchmarks.md. The scorer's decisions/s (agent time only, not the engine) is reported too.
 
-    nice .venv/bin/jetgym-bench-episode --docs --fewer health_gathering=5
-    nice .venv/bin/jetgym-bench-episode --scenarios basic --episodes 5 --override agent.memory=0
-    nice .venv/bin/jetgym-bench-episode --docs --scenarios defend_the_center \
+    nice .venv/bin/python -m benchmarks.vizdoom --docs --fewer health_gathering=5
+    nice .venv/bin/python -m benchmarks.vizdoom --scenarios basic --episodes 5 --override agent.memory=0
+    nice .venv/bin/python -m benchmarks.vizdoom --docs --scenarios defend_the_center \
         --normalizations none token
 """
 
@@ -28,7 +28,7 @@ import torch
 
 from jetgym.questions.bootstrap import episode_bootstrap, paired_episode_bootstrap
 from jetgym.scorers.priors import NORMALIZATIONS
-from jetgym.scripts.benchmarks_doc import parse_counts, write_results
+from benchmarks.doc import parse_counts, write_results
 from jetgym.scripts.config import compose
 from jetgym.runs.folder import read_jsonl
 from jetgym.scripts.episode import EPISODES, run_episodes
@@ -158,7 +158,7 @@ def render(report: dict) -> str:
     lines = [
         f"## ViZDoom agents: {title} vs random, every fixed control and scripted",
         "",
-        f"Command: `nice .venv/bin/jetgym-bench-episode --docs --episodes {report['episodes']} "
+        f"Command: `nice .venv/bin/python -m benchmarks.vizdoom --docs --episodes {report['episodes']} "
         f"--seed {report['seed']} --scenarios {' '.join(report['scenarios'])}{flags}` ({report['machine']}; whole run "
         f"{report['wall_seconds']:.0f} s). Each scenario: {report['episodes']} seeded episodes (seeds {seeds}), the "
         "same seeds for every agent, the scenario's own timeout and frame skip of its config. Return = the "

@@ -1,4 +1,4 @@
-"""`jetgym-bench-libero`: the embedded model and FastJEV on the shipped LIBERO-10 QA set.
+"""`python -m benchmarks.libero`: the embedded model and FastJEV on the shipped LIBERO-10 QA set.
 
 Measures in one process (the same loaded model):
 1. accuracy per type of `jet` (chat template, describe perception) with 95% episode-bootstrap intervals,
@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from jetgym.envs.libero.questions import load_libero, parse_id
 from jetgym.envs.libero.report import compare_runs, libero_summary
-from jetgym.scripts.benchmarks_doc import write_section
+from benchmarks.doc import write_section
 
 
 def _frames(questions) -> dict[str, list]:
@@ -121,7 +121,7 @@ def run(args) -> dict:
     sp = make_scorer("fastjev", components=["S", "P"], pruning_k=args.k, **common)
     tsp = make_scorer("fastjev", components=["T", "S", "P"], pruning_k=args.k, **common)
     results = {
-        "command": "jetgym-bench-libero " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks.libero " + " ".join(sys.argv[1:]),
         "model": args.model,
         "dtype": "float32",
         "device": "cpu",

@@ -1,0 +1,55 @@
+"""`jetgym`: one command, a job per subcommand, `--help` listing every job with its line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from jetgym.scripts.main import JOBS, main
+
+
+def test_help_lists_every_job(capsys):
+    main(["--help"])
+    out = capsys.readouterr().out
+    for job, (_, about) in JOBS.items():
+        assert f"  {job}" in out and about in out
+    assert set(JOBS) == {"episode", "qa", "train", "eval", "lm-eval", "calibrate", "calibrate-probs", "render-libero"}
+
+
+def test_an_unknown_job_is_refused_with_a_suggestion(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["trian", "seed=1"])
+    assert exit_.value.code == 2
+    assert "jetgym: unknown job 'trian' (did you mean 'train'?)" in capsys.readouterr().err
+
+
+def test_a_job_runs_under_its_alias_name():
+    """`jetgym eval` checks its options before anything loads; the error carries the job's name."""
+    out = subprocess.run(
+        [sys.executable, "-c", "from jetgym.scripts.main import main; main()", "eval", "episodes=0", "runs=[x]"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2
+    assert "jetgym-eval: episodes must be >= 1, got 0" in out.stderr
+
+
+def test_eval_refuses_a_folder_without_a_summary(tmp_path):
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from jetgym.scripts.main import main; main()",
+            "eval",
+            f"runs=[{tmp_path}]",
+            f"output_dir={tmp_path / 'out'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2
+    assert f"{tmp_path} holds no summary.json: pass the folder of a finished jetgym-train run" in out.stderr
