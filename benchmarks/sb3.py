@@ -160,7 +160,9 @@ def report(results: dict) -> str:
             + f"{np.median([r['train_seconds'] for r in group]):.1f} |"
         )
     budgets = " ".join(str(b) for b in sorted({r["env_steps"] for r in runs}))
-    command = results.get("command", f"python -m benchmarks.sb3 --budgets {budgets} --seeds {len(seeds)} --episodes {episodes}")
+    command = results.get(
+        "command", f"python -m benchmarks.sb3 --budgets {budgets} --seeds {len(seeds)} --episodes {episodes}"
+    )
     return "\n".join(
         [
             "## train-sb3",
