@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml Makefile
 setup: $(STAMP)
 
 demo: setup
-	$(VENV)/bin/jetgym-episode env.kwargs.episode_timeout=140 output_dir=outputs/demo-$$(date +%Y%m%d-%H%M%S)
+	$(VENV)/bin/jetgym episode env.kwargs.episode_timeout=140 output_dir=outputs/demo-$$(date +%Y%m%d-%H%M%S)
 
 test: setup
 	$(PY) -m pytest -q

@@ -23,7 +23,7 @@ from jetgym.scorers import make_scorer  # noqa: E402
 
 TAXI_TEXTS = ["move south", "move north", "move east", "move west", "pick up the passenger", "drop off the passenger"]
 LAKE_TEXTS = ["move left", "move down", "move right", "move up"]
-README = Path(__file__).resolve().parents[1] / "README.md"
+ENVS_DOC = Path(__file__).resolve().parents[1] / "docs" / "envs.md"
 
 
 def taxi():
@@ -432,16 +432,16 @@ def test_vector_autoreset_modes(autoreset, fake_scorer):
     assert [(e["return"], e["length"]) for e in episodes[:2]] == [(e["return"], e["length"]) for e in first]
 
 
-# --- README and CLI -----------------------------------------------------------------------------------------
+# --- docs/envs.md and CLI -----------------------------------------------------------------------------------------
 def readme_example() -> str:
-    section = README.read_text().split("## Any Gymnasium env", 1)[1]
+    section = ENVS_DOC.read_text().split("## Any Gymnasium env", 1)[1]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
 def test_readme_example_runs(fake_scorer, capsys):
     code = readme_example()
     assert len(code.strip().splitlines()) <= 12 and 'make_scorer("jet")' in code
-    exec(compile(code.replace('make_scorer("jet")', 'make_scorer("fake")'), "README.md", "exec"), {})
+    exec(compile(code.replace('make_scorer("jet")', 'make_scorer("fake")'), "ENVS_DOC.md", "exec"), {})
     assert re.fullmatch(r"\[-?\d+\.0\]\n", capsys.readouterr().out)
 
 

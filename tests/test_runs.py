@@ -16,11 +16,11 @@ from jetgym.runs import folder
 from jetgym.runs.qa import run_qa
 from jetgym.scorers import Question, make_scorer
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+LIBRARY_DOC = Path(__file__).resolve().parents[1] / "docs" / "library.md"
 
 
 def readme_block(marker: str) -> str:
-    return next(b for b in re.findall(r"```python\n(.*?)```", README.read_text(), re.S) if marker in b)
+    return next(b for b in re.findall(r"```python\n(.*?)```", LIBRARY_DOC.read_text(), re.S) if marker in b)
 
 
 def test_import_jetgym_runners_without_hydra_or_torch():
