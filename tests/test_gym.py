@@ -441,7 +441,7 @@ def readme_example() -> str:
 def test_readme_example_runs(fake_scorer, capsys):
     code = readme_example()
     assert len(code.strip().splitlines()) <= 12 and 'make_scorer("jet")' in code
-    exec(compile(code.replace('make_scorer("jet")', 'make_scorer("fake")'), "ENVS_DOC.md", "exec"), {})
+    exec(compile(code.replace('make_scorer("jet")', 'make_scorer("fake")'), "docs/envs.md", "exec"), {})
     assert re.fullmatch(r"\[-?\d+\.0\]\n", capsys.readouterr().out)
 
 
