@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections import deque
 from typing import Any, Callable, Literal, Sequence
@@ -10,6 +9,7 @@ from typing import Any, Callable, Literal, Sequence
 import numpy as np
 
 from jetgym.scorers import Question
+from jetgym.scorers.decision import draw
 from jetgym.scorers.registry import check_choice
 
 from .base import AGENTS, Act, check_batch
@@ -160,12 +160,8 @@ class ScorerAgent:
             usage,
         )
 
-    def _sample(self, logprobs, slot: int) -> int:
-        scaled = [lp / self.temperature for lp in logprobs]
-        top = max(scaled)
-        weights = np.array([math.exp(s - top) for s in scaled])
-        rng = self.rngs.setdefault(slot, np.random.default_rng())
-        return int(rng.choice(len(weights), p=weights / weights.sum()))
+    def _sample(self, scores, slot: int) -> int:
+        return draw(scores, self.temperature, self.rngs.setdefault(slot, np.random.default_rng()))
 
 
 def _images(observation) -> tuple:

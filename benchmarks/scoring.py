@@ -31,6 +31,8 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from tqdm import tqdm
 
+from jetgym.scorers.decision import first_argmax
+
 from jetgym.scorers.placement import Placement
 from benchmarks.doc import rotated, run_config, spread, write_results
 from jetgym.scripts.config import CONFIG_PATH
@@ -78,10 +80,6 @@ def _timed(fn):
     start = time.perf_counter()
     value = fn()
     return time.perf_counter() - start, value
-
-
-def _first_argmax(values):
-    return max(range(len(values)), key=lambda i: (values[i], -i))
 
 
 def per_question_summary(times: list[list[float]]) -> dict:
@@ -205,7 +203,7 @@ def run_bench(cfg: BenchConfig) -> dict:
     agreement = {}
     for n, values in scores.items():
         deltas = [abs(a - b) for v, r in zip(values, reference) for a, b in zip(v, r)]
-        same = sum(_first_argmax(v) == _first_argmax(r) for v, r in zip(values, reference))
+        same = sum(first_argmax(v) == first_argmax(r) for v, r in zip(values, reference))
         agreement[n] = {"identical_choices_vs_independent": same, "max_abs_delta_logprob_vs_independent": max(deltas)}
     flops = ModelFlops.of(model)
     per_question = {n: per_question_summary(t) for n, t in times.items()}

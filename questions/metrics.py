@@ -16,20 +16,10 @@ import math
 from pathlib import Path
 from typing import Sequence
 
+from jetgym.scorers.decision import first_argmax, softmax
+from jetgym.scorers.types import logsumexp
+
 DEFAULT_BINS = 10
-
-
-def softmax(scores: Sequence[float], temperature: float = 1.0) -> list[float]:
-    scaled = [s / temperature for s in scores]
-    top = max(scaled)
-    weights = [math.exp(s - top) for s in scaled]
-    total = sum(weights)
-    return [w / total for w in weights]
-
-
-def _logsumexp(values: Sequence[float]) -> float:
-    top = max(values)
-    return top + math.log(sum(math.exp(v - top) for v in values))
 
 
 def row_scores(row: dict) -> list[float]:
@@ -104,7 +94,7 @@ def mean_nll(scores: Sequence[Sequence[float]], gold: Sequence[Sequence[int]], t
     total = 0.0
     for s, g in zip(scores, gold, strict=True):
         scaled = [v / temperature for v in s]
-        total += _logsumexp(scaled) - _logsumexp([scaled[i] for i in g])
+        total += logsumexp(scaled) - logsumexp([scaled[i] for i in g])
     return total / max(len(scores), 1)
 
 
@@ -113,7 +103,7 @@ def metrics(
 ) -> dict:
     """Accuracy, mean gold NLL, ECE, Brier and the reliability bins at one temperature."""
     probs = [softmax(s, temperature) for s in scores]
-    chosen = [max(range(len(p)), key=lambda i, p=p: (p[i], -i)) for p in probs]  # first argmax
+    chosen = [first_argmax(p) for p in probs]
     correct = [c in g for c, g in zip(chosen, gold)]
     confidences = [p[c] for p, c in zip(probs, chosen)]
     return {

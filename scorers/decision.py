@@ -9,10 +9,11 @@ from .priors import corrected_scores
 from .types import Decision, Question, Usage
 
 
-def normalize(logprobs: Sequence[float]) -> tuple[float, ...]:
-    """Softmax over the candidates' sequence log-likelihoods (in float64)."""
-    top = max(logprobs)
-    weights = [math.exp(lp - top) for lp in logprobs]
+def softmax(scores: Sequence[float], temperature: float = 1.0) -> tuple[float, ...]:
+    """softmax(scores / temperature) in float64: the candidates' distribution."""
+    scaled = scores if temperature == 1.0 else [s / temperature for s in scores]
+    top = max(scaled)
+    weights = [math.exp(s - top) for s in scaled]
     total = sum(weights)
     return tuple(w / total for w in weights)
 
@@ -24,6 +25,23 @@ def first_argmax(values: Sequence[float]) -> int:
         if value > values[best]:
             best = i
     return best
+
+
+def draw(
+    scores: Sequence[float], temperature: float, rng, explore: float = 0.0, towards: Sequence[int] | None = None
+) -> int:
+    """A draw from softmax(scores / temperature) mixed with weight `explore` with the uniform distribution over
+    the candidates `towards` (None: all of them); `rng` is a numpy Generator."""
+    import numpy as np
+
+    scaled = np.array(scores, dtype=np.float64) / temperature
+    q = np.exp(scaled - scaled.max())
+    p = (1 - explore) * q / q.sum()
+    if towards is None:
+        p += explore / len(q)
+    else:
+        p[list(towards)] += explore / len(towards)
+    return int(rng.choice(len(p), p=p / p.sum()))
 
 
 def resolve_gold(question: Question, labels: Sequence[str]) -> int | None:
@@ -63,7 +81,7 @@ def make_decision(
     labels = question.labels or tuple(str(i) for i in range(len(candidates)))
     raw = tuple(float(lp) for lp in logprobs)
     scores = corrected_scores(normalization, raw, candidates, token_counts, prior_logprobs)
-    probs = normalize([s / temperature for s in scores] if temperature != 1.0 else scores)
+    probs = softmax(scores, temperature)
     return Decision(
         kind=question.kind,
         candidates=tuple(candidates),

@@ -269,7 +269,7 @@ class Decision:
         gold_text = self.candidates[self.gold]
         scaled = [s / self.temperature for s in self.corrected]
         gold = [s for text, s in zip(self.candidates, scaled) if text == gold_text]
-        return _logsumexp(scaled) - _logsumexp(gold)
+        return logsumexp(scaled) - logsumexp(gold)
 
     @property
     def correct(self) -> bool | None:
@@ -311,7 +311,7 @@ class Decision:
         return row
 
 
-def _logsumexp(values: Sequence[float]) -> float:
+def logsumexp(values: Sequence[float]) -> float:
     """log(sum(exp(v))) in float64 without overflow or underflow (-inf for no values or all -inf)."""
     top = max(values, default=-math.inf)
     if top == -math.inf:
