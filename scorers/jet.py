@@ -77,16 +77,9 @@ class JetScorer(ScorerBase):
     def __init__(self, model="smollm2-135m-instruct", **options):
         spec = model if isinstance(model, str) else model.spec
         self.options = JetOptions(model=spec, **options)
-        if isinstance(model, str):
-            from .models import load_model
+        from .models import scorer_model
 
-            model = load_model(model, self.options.placement, self.options.adapter)
-        elif self.options.adapter is not None:
-            raise ValueError(
-                "adapter= is merged when the scorer loads the model from its spec; for an already "
-                "loaded model call jetgym.scorers.adapters.apply_adapter(loaded, path) first"
-            )
-        self.loaded = model
+        self.loaded = model = scorer_model(model, self.options)
         self.corrections = Corrections(self.options)  # normalization, temperature, cached candidate priors
         self.kept_prefix = None  # the prefix kept between `packed` calls (`reuse_prefix`), made on first use
 

@@ -297,3 +297,15 @@ def load_model(spec: str, placement: Placement | str | dict | None = None, adapt
 
         apply_adapter(loaded, adapter)
     return loaded
+
+
+def scorer_model(model, options):
+    """A scorer's model: loaded from its spec (with `options.adapter` merged), or the already loaded one given."""
+    if isinstance(model, str):
+        return load_model(model, options.placement, options.adapter)
+    if options.adapter is not None:
+        raise ValueError(
+            "adapter= is merged when the scorer loads the model from its spec; for an already "
+            "loaded model call jetgym.scorers.adapters.apply_adapter(loaded, path) first"
+        )
+    return model

@@ -42,16 +42,9 @@ class FastJevScorer(ScorerBase):
 
         if self.options.pruning_k:
             require_calibration(spec, self.options.pruning_k, self.options.calibration)  # before a slow model load
-        if isinstance(model, str):
-            from jetgym.scorers.models import load_model
+        from jetgym.scorers.models import scorer_model
 
-            model = load_model(model, self.options.placement, self.options.adapter)
-        elif self.options.adapter is not None:
-            raise ValueError(
-                "adapter= is merged when the scorer loads the model from its spec; for an already "
-                "loaded model call jetgym.scorers.adapters.apply_adapter(loaded, path) first"
-            )
-        self.loaded = model
+        self.loaded = model = scorer_model(model, self.options)
         self.corrections = Corrections(self.options)  # normalization, temperature, cached candidate priors
         self.n_layers = len(decoder_layers(model.model))
         if model.kind == "vision":
