@@ -99,6 +99,7 @@ class JetgymLM(TemplateLM):
         prefix_token_id: int | None = None,
         max_gen_toks: int = 256,
         device: str | None = None,
+        scorer: str = "jet",
         **lm_eval_args,
     ):
         super().__init__()
@@ -108,7 +109,14 @@ class JetgymLM(TemplateLM):
             raise ValueError(
                 f"jetgym model takes no argument {', '.join(map(repr, unknown))}{hint}; its arguments: "
                 f"model, dtype, placement, max_batch_tokens, min_shared_prefix, adapter, max_length, "
-                f"add_bos_token, prefix_token_id, max_gen_toks"
+                f"add_bos_token, prefix_token_id, max_gen_toks, scorer"
+            )
+        from jetgym.scorers import available_scorers
+
+        if scorer not in available_scorers("lm-eval"):
+            raise ValueError(
+                f"jetgym model: scorer={scorer!r} cannot serve lm-eval; backends that can: "
+                f"{', '.join(available_scorers('lm-eval'))}"
             )
         placement = self._device_placement(placement, device)
         self._rank, self._world_size = self._join_ranks(placement)
@@ -121,7 +129,7 @@ class JetgymLM(TemplateLM):
         }
         if adapter is not None:
             options["adapter"] = adapter  # a jetgym-train adapter folder, merged into the weights
-        self.scorer = make_scorer("jet", model=model, **options)
+        self.scorer = make_scorer(scorer, model=model, **options)
         self.loaded = self.scorer.loaded
         if self.loaded.kind != "attention":
             raise ValueError(

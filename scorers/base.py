@@ -36,6 +36,8 @@ class ScorerBase:
 
     name: ClassVar[str] = ""
     Options: ClassVar[type | None] = None
+    # what else may use the backend: `train` (its scores are differentiable: jetgym train), `lm-eval` (lm-eval model)
+    uses: ClassVar[frozenset[str]] = frozenset()
     options: Any = None
 
     def decide(self, question: Question) -> Decision:
@@ -152,5 +154,6 @@ def check_options(name: str, options: Iterable[str], prefix: str | None = None) 
     )
 
 
-def available_scorers() -> list[str]:
-    return SCORERS.names()
+def available_scorers(use: str | None = None) -> list[str]:
+    """The registered backends' names; with `use`, only those whose class lists it in `uses`."""
+    return [n for n in SCORERS.names() if use is None or use in getattr(SCORERS.get(n), "uses", ())]

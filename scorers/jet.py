@@ -73,6 +73,7 @@ class JetScorer(ScorerBase):
 
     name = "jet"
     Options = JetOptions
+    uses = frozenset({"train", "lm-eval"})
 
     def __init__(self, model="smollm2-135m-instruct", **options):
         spec = model if isinstance(model, str) else model.spec

@@ -24,9 +24,7 @@ from jetgym.agents.scoring import check_agent_options
 from jetgym.questions.sets import subsets_of
 from jetgym.scorers import available_scorers, option_names
 from jetgym.scorers.base import SCORERS, check_options
-from jetgym.scorers.fastjev.options import FastJevOptions
 from jetgym.scorers.placement import cpu_has_native_bf16
-from jetgym.scorers.jet import JetOptions
 from jetgym.scorers.placement import Placement
 from jetgym.scorers.registry import check_choice
 
@@ -115,10 +113,10 @@ def _check_scorer(self) -> None:
         SCORERS.get(self.name).Options(**settings)  # the library's value checks, before any model loads
 
 
-# Every option of every built-in backend, once; each defaults to null (= that backend's default).
+# Every option of every registered backend, once; each defaults to null (= that backend's default).
 ScorerConfig = schema(
     "ScorerConfig",
-    [JetOptions, FastJevOptions],
+    [SCORERS.get(name).Options for name in available_scorers() if SCORERS.get(name).Options is not None],
     skip=("model", "placement", "pruning_k", "adapter"),
     optional=True,
     extra=[("name", str, field(default="jet"))],
@@ -397,9 +395,11 @@ class TrainConfig:
 
     def __post_init__(self):
         check_choice("algorithm", self.algorithm, ALGORITHMS)
-        if self.scorer.name != "jet":
+        trainable = available_scorers("train")
+        if self.scorer.name not in trainable:
             raise ValueError(
-                f"jetgym-train trains the jet scorer's model: set scorer=jet (got scorer={self.scorer.name})"
+                f"jetgym-train trains the {'/'.join(trainable)} scorer's model: set scorer={trainable[0]} "
+                f"(got scorer={self.scorer.name})"
             )
         if self.agent.name != "scorer":
             raise ValueError(f"jetgym-train trains the scorer agent: set agent=scorer (got agent={self.agent.name})")

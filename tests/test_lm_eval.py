@@ -186,6 +186,7 @@ def test_generate_until_matches_the_hf_backend(backends):
         ({"batch_sizes": 3}, "takes no argument 'batch_sizes'"),
         ({"placement": "gpu"}, "placement 'gpu' is unknown"),
         ({"device": "mps"}, "device 'mps' is not supported"),
+        ({"scorer": "fastjev"}, "scorer='fastjev' cannot serve lm-eval; backends that can: jet"),
     ],
 )
 def test_bad_model_args_are_refused_by_name(args, message):

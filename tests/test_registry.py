@@ -38,3 +38,18 @@ def test_bad_options_fail_before_loading_a_model():
         make_scorer("jet", model="does-not-matter", binary_texts=("Yes", "Yes"))
     with pytest.raises(ValueError, match="unknown placement.device 'tpu'"):
         make_scorer("jet", model="does-not-matter", placement="tpu")
+
+
+def test_backends_declare_what_else_may_use_them():
+    """Training and lm-eval read the registry: a backend lists its uses, and only jet's scores are differentiable."""
+    from jetgym.scorers import available_scorers
+
+    assert available_scorers("train") == ["jet"] and available_scorers("lm-eval") == ["jet"]
+    assert set(available_scorers()) >= {"jet", "fastjev"}
+
+
+def test_training_refuses_a_backend_that_cannot_train():
+    from jetgym.scripts.config import compose, to_config
+
+    with pytest.raises(ValueError, match=r"trains the jet scorer's model: set scorer=jet \(got scorer=fastjev\)"):
+        to_config(compose("train", ["scorer=fastjev"]))
