@@ -23,6 +23,16 @@ from tqdm import tqdm
 StepHook = Callable[[dict, Any], None]
 
 
+def env_reset(env, seed, **kwargs) -> tuple[Any, dict]:
+    """`env.reset(seed=seed)` for an agent: every episode loop (rollout, training, the benchmarks) resets here."""
+    return env.reset(seed=seed, **kwargs)
+
+
+def env_step(env, action) -> tuple[Any, Any, Any, Any, dict]:
+    """`env.step(action)` for an agent: every episode loop (rollout, training, the benchmarks) steps here."""
+    return env.step(action)
+
+
 def _candidates(info: dict):
     try:
         return info["candidates"]
@@ -147,7 +157,7 @@ def play(
     (the loop's rewards repeated to the limit, `length` the limit, truncated; `loop_steps`: the steps not played).
     The caller vouches for determinism; nothing here can check it."""
     started = time.monotonic()
-    obs, info = env.reset(seed=seed)
+    obs, info = env_reset(env, seed)
     agent.reset(seed)
     total, step, thinking = 0.0, 0, 0.0
     terminated = truncated = False
@@ -170,7 +180,7 @@ def play(
         tick = time.monotonic()
         act = agent.act(obs, candidates)
         thinking += time.monotonic() - tick
-        obs, reward, terminated, truncated, info = env.step(act.action)
+        obs, reward, terminated, truncated, info = env_step(env, act.action)
         total += float(reward)
         rewards.append(float(reward))
         row = _row(number, seed, step, act, candidates, seen, reward, total, terminated, truncated)
@@ -231,7 +241,7 @@ def play_vector(
     numbers: list[Optional[int]] = [i if i < episodes else None for i in range(k)]
     seeds: list[Optional[int]] = [seed + i for i in range(k)]
     upcoming = min(k, episodes)
-    obs, info = envs.reset(seed=[seed + i for i in range(k)])
+    obs, info = env_reset(envs, [seed + i for i in range(k)])
     observations = _split(envs.observation_space, obs)
     sets = [_candidates(slot_info(info, i)) for i in range(k)]
     seen = [_status(slot_info(info, i)) for i in range(k)]
@@ -255,7 +265,7 @@ def play_vector(
             thinking[i] += spent / len(active)
         actions = tuple(chosen) if any(isinstance(a, str) for a in chosen) else np.array(chosen)  # commands stay whole
         resetting = [i for i in range(k) if pending[i]]
-        obs, rewards, terminations, truncations, info = envs.step(actions)
+        obs, rewards, terminations, truncations, info = env_step(envs, actions)
         observations = _split(envs.observation_space, obs)
         to_reset: list[int] = []
         for i, act in zip(active, acts):
@@ -318,7 +328,7 @@ def play_vector(
             mask = np.zeros(k, np.bool_)
             mask[to_reset] = True
             reset_seeds = [seed + numbers[i] if mask[i] and numbers[i] is not None else None for i in range(k)]
-            obs, info = envs.reset(seed=reset_seeds, options={"reset_mask": mask})
+            obs, info = env_reset(envs, reset_seeds, options={"reset_mask": mask})
             fresh = _split(envs.observation_space, obs)
             for i in to_reset:
                 observations[i] = fresh[i]

@@ -24,6 +24,7 @@ import time
 import numpy as np
 
 from jetgym.questions.bootstrap import bootstrap
+from jetgym.agents.rollout import env_reset, env_step
 
 ENVS = {"frozenlake": "FrozenLake-v1", "taxi": "Taxi-v4"}
 
@@ -83,7 +84,7 @@ def decision_rate(scorer, num_envs: int, batched: bool, steps: int, seed: int) -
     agent = make_agent("scorer", scorer=scorer, env=envs, task=texts.task)
     spent, decisions = 0.0, 0
     try:
-        obs, info = envs.reset(seed=seed)
+        obs, info = env_reset(envs, seed)
         for slot in range(num_envs):
             agent.reset(seed + slot, slot=slot)
         for _ in range(steps):
@@ -96,7 +97,7 @@ def decision_rate(scorer, num_envs: int, batched: bool, steps: int, seed: int) -
                 acts = [agent.act(o, c, slot=i) for i, (o, c) in enumerate(zip(observations, sets))]
             spent += time.perf_counter() - tick
             decisions += len(acts)
-            obs, _, _, _, info = envs.step(np.array([a.action for a in acts]))
+            obs, _, _, _, info = env_step(envs, np.array([a.action for a in acts]))
     finally:
         envs.close()
     return {"decisions": decisions, "seconds": spent, "decisions_per_second": decisions / spent}

@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 from benchmarks.doc import write_results
+from jetgym.agents.rollout import env_reset, env_step
 
 ENVS = {
     "frozenlake-still": ("FrozenLake-v1", {"is_slippery": False}),
@@ -59,12 +60,12 @@ def play(env_id: str, kwargs: dict, model, seeds) -> list[dict]:
     """One greedy episode per seed: its return, whether it terminated, the final reward and info's is_success."""
     env, episodes = make(env_id, kwargs), []
     for seed in seeds:
-        observation, _ = env.reset(seed=seed)
+        observation, _ = env_reset(env, seed)
         done, total, info = False, 0.0, {}
         while not done:
             masks = {"action_masks": env.action_masks()} if env_id in MASKS else {}
             action, _ = model.predict(observation, deterministic=True, **masks)
-            observation, reward, terminated, truncated, info = env.step(int(action))
+            observation, reward, terminated, truncated, info = env_step(env, int(action))
             total += float(reward)
             done = terminated or truncated
         episodes.append(

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from benchmarks.doc import rotated, spread, write_results
+from jetgym.agents.rollout import env_reset, env_step
 
 ENVS = {
     "frozenlake": (
@@ -60,13 +61,13 @@ def questions_of(env_name: str, scorer, n: int, seed: int):
     agent = make_agent("scorer", scorer=scorer, task=task, env=env)
     rng = np.random.default_rng(seed)
     out = []
-    observation, info = env.reset(seed=seed)
+    observation, info = env_reset(env, seed)
     while len(out) < n:
         candidates = info["candidates"]
         out.append((agent.question(observation, candidates), int(rng.integers(len(candidates.texts)))))
-        observation, _, terminated, truncated, info = env.step(candidates.actions[out[-1][1]])
+        observation, _, terminated, truncated, info = env_step(env, candidates.actions[out[-1][1]])
         if terminated or truncated:
-            observation, info = env.reset(seed=int(rng.integers(1 << 30)))
+            observation, info = env_reset(env, int(rng.integers(1 << 30)))
     return out
 
 

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from itertools import groupby
 from pathlib import Path
 
+from jetgym.agents.rollout import env_reset, env_step
 from jetgym.runs.folder import read_jsonl
 from jetgym.scorers import Question
 
@@ -80,7 +81,7 @@ def _episodes(path: Path) -> list[tuple[int, list[dict]]]:
 
 def _replay(path: Path, env, agent, group: str, steps: list[dict], expert=None) -> list[Question]:
     where = f"{path}: episode {steps[0]['episode']}"
-    observation, info = env.reset(seed=steps[0]["seed"])
+    observation, info = env_reset(env, steps[0]["seed"])
     agent.reset(steps[0]["seed"])
     if expert is not None:
         expert.reset(steps[0]["seed"])
@@ -108,7 +109,7 @@ def _replay(path: Path, env, agent, group: str, steps: list[dict], expert=None) 
             )
         )
         agent.record(candidates.texts[index])
-        observation, reward, terminated, truncated, info = env.step(candidates.actions[index])
+        observation, reward, terminated, truncated, info = env_step(env, candidates.actions[index])
         cut = row["truncated"] and not truncated and expected + 1 == len(steps)  # a shorter time limit
         if (
             abs(float(reward) - float(row["reward"])) > 1e-6

@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from jetgym.agents.rollout import env_reset, env_step
 from jetgym.scorers import Question
 from jetgym.scorers.memo import distinct
 
@@ -87,7 +88,7 @@ class Rollouts:
         slot = self.slots[k]
         seed = self.seed_of(slot, self.started[slot])
         self.started[slot] += 1
-        observation, info = self.envs[k].reset(seed=seed)
+        observation, info = env_reset(self.envs[k], seed)
         self.agent.reset(seed, slot=slot)
         self.current[k] = [observation, info["candidates"], 0.0, 0]
 
@@ -98,7 +99,7 @@ class Rollouts:
             for k, (env, act) in enumerate(zip(self.envs, acts)):
                 candidates = self.current[k][1]
                 question = Question(context=act.question, candidates=candidates.texts, labels=candidates.labels)
-                nxt, reward, terminated, truncated, info = env.step(act.action)
+                nxt, reward, terminated, truncated, info = env_step(env, act.action)
                 step = Step(
                     question,
                     act.index,
