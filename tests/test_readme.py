@@ -8,6 +8,7 @@ import re
 import shlex
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,8 @@ JOBS = {
 
 
 def blocks(language: str, pages=(README,)) -> list[str]:
-    return [b for page in pages for b in re.findall(rf"```{language}\n(.*?)```", page.read_text(), re.S)]
+    found = (b for page in pages for b in re.findall(rf"```{language}\n(.*?)```", page.read_text(), re.S))
+    return [textwrap.dedent(b) for b in found]  # a block inside a list item is indented
 
 
 def job_of(words: list[str]) -> tuple[str | None, list[str]]:
