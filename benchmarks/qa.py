@@ -11,7 +11,7 @@ from benchmarks.doc import write_section
 from jetgym.runs import qa as runner
 from jetgym.scripts.cli import process_start
 from jetgym.scripts.config import compose
-from jetgym.scripts.qa import run_qa
+from jetgym.scripts.qa import qa_job
 
 STARTED = process_start()
 
@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args or "=" in args[0]:
         raise SystemExit("usage: python -m benchmarks.qa NAME output_dir=FOLDER [key=value ...]")
     name, overrides = args[0], args[1:]
-    summary = run_qa(compose("qa", overrides), started=STARTED)
+    summary = qa_job(compose("qa", overrides), started=STARTED)
     command = " ".join(["python -m benchmarks.qa", *args])
     report = runner.render_report(summary).replace("# QA:", "## QA:", 1)
     write_section(f"qa-{name}", f"{report}\nCommand: `{command}`\n")

@@ -31,7 +31,7 @@ from jetgym.scorers.priors import NORMALIZATIONS
 from benchmarks.doc import parse_counts, write_results
 from jetgym.scripts.config import compose
 from jetgym.runs.folder import read_jsonl
-from jetgym.scripts.episode import EPISODES, run_episodes
+from jetgym.scripts.episode import EPISODES, episode_job
 
 SCENARIOS = ("defend_the_center", "basic", "health_gathering")
 
@@ -69,7 +69,7 @@ def play(scenario: str, episodes: int, seed: int, out: Path, scorers: dict[str, 
     results, described = {}, {}
     for name, extra in agents.items():
         folder = out / scenario / folder_name(name)
-        summary = run_episodes(compose("episode", base + extra + [f"output_dir={folder}"]), quiet=True)
+        summary = episode_job(compose("episode", base + extra + [f"output_dir={folder}"]), quiet=True)
         results[name] = {
             "returns": returns_of(folder),
             "mean_length": summary["mean_length"],

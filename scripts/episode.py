@@ -14,13 +14,13 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from jetgym.runs.episodes import EPISODES, REPORT, STEPS, SUMMARY, TIMINGS  # noqa: F401  (the files, for callers)
-from jetgym.runs.episodes import run_episodes as play
+from jetgym.runs.episodes import run_episodes
 from jetgym.scripts.build import build_agent, make_env
 from jetgym.scripts.cli import save_hydra_config, start, user_errors
 from jetgym.scripts.config import CONFIG_PATH, EpisodeConfig, to_config
 
 
-def run_episodes(
+def episode_job(
     cfg: Any, output_dir: str | os.PathLike | None = None, scorer=None, quiet: bool = False, on_start=None
 ) -> dict:
     """The `jetgym-episode` job from a composed config: `cfg.episodes` episodes (seeds cfg.seed, cfg.seed+1, ...)
@@ -30,8 +30,8 @@ def run_episodes(
     config: EpisodeConfig = to_config(cfg)
     out = output_dir or config.output_dir
     if not out:
-        raise ValueError("run_episodes needs an output folder: set output_dir")
-    return play(
+        raise ValueError("the episode job needs an output folder: set output_dir")
+    return run_episodes(
         lambda: make_env(config, render=config.video),
         lambda env: build_agent(config, config.env.task, scorer, env=env)[0],
         out,
@@ -50,7 +50,7 @@ def run_episodes(
 def hydra_main(cfg: DictConfig) -> None:
     """Console entry: `jetgym-episode key=value ...`; a user error is one line (`jetgym.scripts.cli`)."""
     with user_errors("jetgym-episode"):
-        run_episodes(cfg, output_dir=HydraConfig.get().runtime.output_dir, on_start=save_hydra_config(cfg))
+        episode_job(cfg, output_dir=HydraConfig.get().runtime.output_dir, on_start=save_hydra_config(cfg))
 
 
 def main() -> None:

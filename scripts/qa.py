@@ -35,14 +35,14 @@ def run_settings(config: QAConfig) -> dict:
     return settings
 
 
-def run_qa(cfg: Any, output_dir: str | os.PathLike | None = None, started: float | None = None, on_start=None) -> dict:
+def qa_job(cfg: Any, output_dir: str | os.PathLike | None = None, started: float | None = None, on_start=None) -> dict:
     """The `jetgym-qa` job from a composed config: score `cfg.dataset` into `output_dir` (default
     `cfg.output_dir`) with `jetgym.runs.run_qa`; print one line and return the summary. on_start: called with
     the folder once it is locked and checked (the console job writes `.hydra/` then)."""
     config: QAConfig = to_config(cfg)
     out = output_dir or config.output_dir
     if not out:
-        raise ValueError("run_qa needs an output folder: set output_dir")
+        raise ValueError("the qa job needs an output folder: set output_dir")
     questions = load_question_set(config.dataset)
     if not questions:
         raise ValueError(f"question set {config.dataset.name!r} holds no questions")
@@ -86,7 +86,7 @@ def run_qa(cfg: Any, output_dir: str | os.PathLike | None = None, started: float
 def hydra_main(cfg: DictConfig) -> None:
     """Console entry: `jetgym-qa key=value ...`; a user error is one line (`jetgym.scripts.cli`)."""
     with user_errors("jetgym-qa"):
-        run_qa(
+        qa_job(
             cfg, output_dir=HydraConfig.get().runtime.output_dir, started=PROCESS_START, on_start=save_hydra_config(cfg)
         )
 

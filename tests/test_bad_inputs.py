@@ -435,11 +435,11 @@ def test_an_unwritable_output_dir_from_the_command_line(tmp_path, job):
 
 
 def test_an_empty_question_set_is_refused_by_jetgym_qa(tmp_path, fake_scorer):
-    from jetgym.scripts.qa import run_qa
+    from jetgym.scripts.qa import qa_job
 
     path = write(tmp_path, "empty.jsonl", b"")
     with pytest.raises(QuestionSetError, match="no questions found"):
-        run_qa(
+        qa_job(
             compose(
                 "qa", [f"output_dir={tmp_path / 'out'}", "scorer.name=fake", "dataset=jsonl", f"dataset.path={path}"]
             )
@@ -456,7 +456,7 @@ def episode_config(out, *overrides):
 
 def test_an_episode_folder_with_old_gifs_is_refused(tmp_path):
     pytest.importorskip("vizdoom")
-    from jetgym.scripts.episode import run_episodes
+    from jetgym.scripts.episode import episode_job
 
     (tmp_path / "episode_000.gif").write_bytes(b"GIF89a")
     with pytest.raises(
@@ -464,14 +464,14 @@ def test_an_episode_folder_with_old_gifs_is_refused(tmp_path):
         match=r"already holds episode results \(episode_000.gif\); choose a new output_dir "
         r"\(nothing was overwritten\)",
     ):
-        run_episodes(episode_config(tmp_path), quiet=True)
+        episode_job(episode_config(tmp_path), quiet=True)
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["episode_000.gif"]
 
 
 def test_an_episode_folder_in_use_is_refused(tmp_path):
-    from jetgym.scripts.episode import run_episodes
+    from jetgym.scripts.episode import episode_job
 
     with folder_lock(tmp_path, "jetgym-episode"):
         with pytest.raises(FolderInUseError, match=r"is in use by jetgym-episode \(pid \d+\)"):
-            run_episodes(episode_config(tmp_path), quiet=True)
+            episode_job(episode_config(tmp_path), quiet=True)
     assert not (tmp_path / "steps.jsonl").exists()

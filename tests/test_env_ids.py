@@ -31,12 +31,12 @@ def test_split_env_id():
 
 
 def test_module_id_imports_the_package_and_runs_from_the_cli(tmp_path, fresh_import):
-    from jetgym.scripts.episode import run_episodes
+    from jetgym.scripts.episode import episode_job
 
     with pytest.raises(ValueError, match=re.escape("unknown env.id 'ThirdPartyLine-v0'")):
         check_env_id("ThirdPartyLine-v0")  # not imported: not registered
     out = tmp_path / "run"
-    run_episodes(
+    episode_job(
         compose(
             "episode",
             [

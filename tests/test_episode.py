@@ -14,7 +14,7 @@ pytest.importorskip("vizdoom")
 pytest.importorskip("gymnasium")
 
 from jetgym.scripts.config import EpisodeConfig, compose, to_config  # noqa: E402
-from jetgym.scripts.episode import EPISODES, STEPS, SUMMARY, REPORT, run_episodes  # noqa: E402
+from jetgym.scripts.episode import EPISODES, STEPS, SUMMARY, REPORT, episode_job  # noqa: E402
 
 from test_configs import options  # noqa: E402
 
@@ -101,7 +101,7 @@ def test_misspelt_keys_and_groups_fail_at_composition(override):
 def short_run(tmp_path: Path, name: str, *overrides: str) -> Path:
     out = tmp_path / name
     cfg = compose_episode(["env.kwargs.episode_timeout=48", "episodes=2", "seed=7", f"output_dir={out}", *overrides])
-    run_episodes(cfg, quiet=True)
+    episode_job(cfg, quiet=True)
     return out
 
 
@@ -144,14 +144,14 @@ def test_fixed_agent_episodes_play_one_control(tmp_path):
 
 def test_output_dir_required():
     with pytest.raises(ValueError, match="needs an output folder"):
-        run_episodes(compose_episode(["output_dir=null"]))
+        episode_job(compose_episode(["output_dir=null"]))
 
 
 @pytest.mark.slow
 def test_embedded_model_plays_a_few_steps(tmp_path):
     """The real embedded model: a distribution over all nine controls at every step."""
     out = tmp_path / "real"
-    summary = run_episodes(compose_episode(["env.kwargs.episode_timeout=12", f"output_dir={out}"]), quiet=True)
+    summary = episode_job(compose_episode(["env.kwargs.episode_timeout=12", f"output_dir={out}"]), quiet=True)
     rows = [json.loads(line) for line in (out / STEPS).read_text().splitlines()]
     assert summary["decisions"] == len(rows) == 3
     assert all(len(r["probs"]) == 9 and abs(sum(r["probs"].values()) - 1) < 1e-6 for r in rows)

@@ -447,10 +447,10 @@ def test_readme_example_runs(fake_scorer, capsys):
 
 def _run(tmp_path: Path, name: str, *overrides: str) -> Path:
     from jetgym.scripts.config import compose
-    from jetgym.scripts.episode import run_episodes
+    from jetgym.scripts.episode import episode_job
 
     out = tmp_path / name
-    run_episodes(compose("episode", [*overrides, f"output_dir={out}"]), quiet=True)
+    episode_job(compose("episode", [*overrides, f"output_dir={out}"]), quiet=True)
     return out
 
 

@@ -702,7 +702,7 @@ def test_run_qa_end_to_end(tmp_path, fake_scorer):
         cfg = compose(
             "qa", overrides=[f"output_dir={tmp_path}", "scorer.name=fake", "dataset=libero", "dataset.limit=24"]
         )
-    summary = qa.run_qa(cfg)
+    summary = qa.qa_job(cfg)
     assert summary["requests"] == 24 and summary["dataset"]["name"] == "libero"
     rows = [json.loads(line) for line in (tmp_path / "responses.jsonl").read_text().splitlines()]
     questions = load_question_set(to_config(cfg).dataset)

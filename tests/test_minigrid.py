@@ -167,10 +167,10 @@ def test_ready_configs_play(tmp_path, name):
     import json
 
     from jetgym.scripts.config import compose
-    from jetgym.scripts.episode import run_episodes
+    from jetgym.scripts.episode import episode_job
 
     out = tmp_path / name
-    run_episodes(
+    episode_job(
         compose(
             "episode",
             [f"env={name}", "agent=random", "video=false", "episodes=2", "env.num_envs=2", f"output_dir={out}"],

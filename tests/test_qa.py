@@ -33,13 +33,13 @@ def lines(folder) -> list[str]:
 def reference(tmp_path_factory, fake_scorer):
     """An uninterrupted run's folder."""
     folder = tmp_path_factory.mktemp("reference")
-    qa.run_qa(qa_config(folder))
+    qa.qa_job(qa_config(folder))
     fake_scorer.calls = 0
     return folder
 
 
 def test_run_writes_responses_summary_and_report(tmp_path, fake_scorer, capsys):
-    summary = qa.run_qa(qa_config(tmp_path))
+    summary = qa.qa_job(qa_config(tmp_path))
     questions = load_mmlu("per_subject_5", limit=LIMIT)
     rows = [json.loads(line) for line in lines(tmp_path)]
     assert [r["id"] for r in rows] == [q.id for q in questions]
@@ -71,17 +71,17 @@ def test_run_writes_responses_summary_and_report(tmp_path, fake_scorer, capsys):
 
 def test_run_accepts_a_dataclass_config(tmp_path, fake_scorer, reference):
     config = to_config(qa_config(tmp_path))
-    qa.run_qa(config)
+    qa.qa_job(config)
     assert lines(tmp_path) == lines(reference)
 
 
 def test_resume_after_a_failure(tmp_path, fake_scorer, reference):
     fake_scorer.fail_after = 20  # dies inside the second chunk
     with pytest.raises(RuntimeError, match="stopped on purpose"):
-        qa.run_qa(qa_config(tmp_path))
+        qa.qa_job(qa_config(tmp_path))
     assert len(lines(tmp_path)) == 16  # the finished chunk survived
     fake_scorer.fail_after, fake_scorer.calls = None, 0
-    summary = qa.run_qa(qa_config(tmp_path))
+    summary = qa.qa_job(qa_config(tmp_path))
     assert fake_scorer.calls == LIMIT - 16
     assert (tmp_path / "responses.jsonl").read_bytes() == (reference / "responses.jsonl").read_bytes()
     assert summary["resumed"] is True and summary["requests"] == LIMIT and summary["requests_this_run"] == LIMIT - 16
@@ -100,22 +100,22 @@ def test_resume_cuts_a_killed_last_line(tmp_path, fake_scorer, reference, tail):
         written = b"".join(keep)[:-1]
     (tmp_path / "responses.jsonl").write_bytes(written)
     (tmp_path / "run.json").write_bytes((reference / "run.json").read_bytes())  # a killed run had written it
-    qa.run_qa(qa_config(tmp_path))
+    qa.qa_job(qa_config(tmp_path))
     assert fake_scorer.calls == LIMIT - 16  # the torn chunk (questions 16..31) is scored whole again
     assert (tmp_path / "responses.jsonl").read_bytes() == data
 
 
 def test_rerunning_a_finished_folder_scores_nothing(tmp_path, fake_scorer, reference):
-    qa.run_qa(qa_config(tmp_path))
+    qa.qa_job(qa_config(tmp_path))
     fake_scorer.calls = 0
-    summary = qa.run_qa(qa_config(tmp_path))
+    summary = qa.qa_job(qa_config(tmp_path))
     assert fake_scorer.calls == 0 and summary["requests_this_run"] == 0
     assert lines(tmp_path) == lines(reference)
 
 
 def test_a_larger_limit_extends_the_run(tmp_path, fake_scorer, reference):
-    qa.run_qa(qa_config(tmp_path, "dataset.limit=10"))
-    qa.run_qa(qa_config(tmp_path))
+    qa.qa_job(qa_config(tmp_path, "dataset.limit=10"))
+    qa.qa_job(qa_config(tmp_path))
     assert fake_scorer.calls == LIMIT + 10  # the first chunk (0..15) is scored whole again
     assert lines(tmp_path) == lines(reference)
 
@@ -125,14 +125,14 @@ def test_corrupt_line_before_the_end_is_an_error(tmp_path, fake_scorer, referenc
     rows[2] = rows[2][:10]
     (tmp_path / "responses.jsonl").write_text("\n".join(rows) + "\n")
     with pytest.raises(ValueError, match=r"responses\.jsonl:3: corrupt response line"):
-        qa.run_qa(qa_config(tmp_path))
+        qa.qa_job(qa_config(tmp_path))
 
 
 def test_duplicate_responses_are_an_error(tmp_path, fake_scorer, reference):
     rows = lines(reference)[:3]
     (tmp_path / "responses.jsonl").write_text("\n".join(rows + rows[:1]) + "\n")
     with pytest.raises(ValueError, match=r"responses\.jsonl:4: duplicate response for 'mmlu-abstract_algebra-0'"):
-        qa.run_qa(qa_config(tmp_path))
+        qa.qa_job(qa_config(tmp_path))
 
 
 def test_responses_from_another_question_set_are_an_error(tmp_path, fake_scorer, reference):
@@ -140,19 +140,19 @@ def test_responses_from_another_question_set_are_an_error(tmp_path, fake_scorer,
     (tmp_path / "responses.jsonl").write_text(json.dumps(row) + "\n")
     (tmp_path / "run.json").write_bytes((reference / "run.json").read_bytes())
     with pytest.raises(ValueError, match="1 responses for questions outside this question set"):
-        qa.run_qa(qa_config(tmp_path))
+        qa.qa_job(qa_config(tmp_path))
 
 
 def test_resuming_with_other_settings_is_refused(tmp_path, fake_scorer):
-    qa.run_qa(qa_config(tmp_path, "dataset.limit=2"))
+    qa.qa_job(qa_config(tmp_path, "dataset.limit=2"))
     with pytest.raises(ValueError, match=r"other settings \(model\.spec, placement\.device, placement\.dtype\)"):
-        qa.run_qa(qa_config(tmp_path, "dataset.limit=2", "model.spec=other", "placement=cuda"))
+        qa.qa_job(qa_config(tmp_path, "dataset.limit=2", "model.spec=other", "placement=cuda"))
 
 
 def test_jsonl_question_set(tmp_path, fake_scorer):
     data = tmp_path / "set.jsonl"
     data.write_text(json.dumps({"question": "2+2?", "choices": ["3", "4"], "answer": "4", "id": "sum"}) + "\n")
-    summary = qa.run_qa(qa_config(tmp_path / "out", "dataset=jsonl", f"dataset.path={data}", "dataset.limit=null"))
+    summary = qa.qa_job(qa_config(tmp_path / "out", "dataset=jsonl", f"dataset.path={data}", "dataset.limit=null"))
     assert summary["requests"] == 1 and [json.loads(x)["id"] for x in lines(tmp_path / "out")] == ["sum"]
 
 
@@ -171,7 +171,7 @@ def test_pipelined_preparation_writes_byte_identical_responses(tmp_path):
     folders = {}
     for pipeline in (True, False):
         folders[pipeline] = tmp_path / f"pipeline-{pipeline}"
-        qa.run_qa(
+        qa.qa_job(
             qa_config(folders[pipeline], "scorer.name=jet", "dataset.limit=10", "chunk_size=3", f"pipeline={pipeline}")
         )
     assert (folders[True] / "responses.jsonl").read_bytes() == (folders[False] / "responses.jsonl").read_bytes()
@@ -248,9 +248,9 @@ def test_a_second_run_into_a_locked_folder_is_refused(tmp_path, fake_scorer):
             match=r"is in use by jetgym-qa \(pid \d+\): two runs must not write "
             r"into one folder. Wait for it to finish, or choose another output_dir",
         ):
-            qa.run_qa(qa_config(tmp_path))
+            qa.qa_job(qa_config(tmp_path))
     assert not (tmp_path / "responses.jsonl").exists() and fake_scorer.calls == 0
-    qa.run_qa(qa_config(tmp_path))  # released: the folder works again
+    qa.qa_job(qa_config(tmp_path))  # released: the folder works again
     assert len(lines(tmp_path)) == LIMIT
 
 
@@ -270,7 +270,7 @@ def test_a_killed_run_leaves_no_stuck_lock(tmp_path, fake_scorer, stop):
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(FolderInUseError):
-            qa.run_qa(qa_config(tmp_path))
+            qa.qa_job(qa_config(tmp_path))
         os.kill(holder.pid, stop)
         holder.wait(timeout=10)
     finally:
@@ -278,7 +278,7 @@ def test_a_killed_run_leaves_no_stuck_lock(tmp_path, fake_scorer, stop):
             holder.kill()
             holder.wait()
     assert (tmp_path / LOCK).exists()
-    qa.run_qa(qa_config(tmp_path))
+    qa.qa_job(qa_config(tmp_path))
     assert len(lines(tmp_path)) == LIMIT
 
 
@@ -311,7 +311,7 @@ def test_extreme_gold_nll_writes_strict_json_with_robust_means(tmp_path, fake_sc
             -6290.0 if context == str(first.context) and candidate == gold_text else real(context, candidate)
         ),
     )
-    summary = qa.run_qa(qa_config(tmp_path))
+    summary = qa.qa_job(qa_config(tmp_path))
     rows = [strict_loads(line) for line in lines(tmp_path)]
     assert rows[0]["probs"][first.labels.index(first.gold)] == 0.0
     assert 6280 < rows[0]["gold_nll"] < 6300  # finite: computed from the logprobs
@@ -335,7 +335,7 @@ def test_a_non_finite_value_is_refused_not_written(tmp_path, fake_scorer, monkey
         match=r"the response to question 'mmlu-abstract_algebra-0' holds a non-finite "
         r"number \(NaN or Infinity\)",
     ):
-        qa.run_qa(qa_config(tmp_path))
+        qa.qa_job(qa_config(tmp_path))
     assert lines(tmp_path) == []
 
 
@@ -344,17 +344,17 @@ def test_run_json_is_written_only_once_the_run_can_start(tmp_path, fake_scorer):
     data.write_text(json.dumps({"question": "2+2?", "choices": ["3", "4"], "answer": "4"}) + "\n")
     out = tmp_path / "out"
     with pytest.raises(FileNotFoundError, match="question file .*typo.jsonl does not exist"):
-        qa.run_qa(qa_config(out, "dataset=jsonl", f"dataset.path={tmp_path / 'typo.jsonl'}", "dataset.limit=null"))
+        qa.qa_job(qa_config(out, "dataset=jsonl", f"dataset.path={tmp_path / 'typo.jsonl'}", "dataset.limit=null"))
     assert not (out / "run.json").exists()
-    summary = qa.run_qa(
+    summary = qa.qa_job(
         qa_config(out, "dataset=jsonl", f"dataset.path={data}", "dataset.limit=null")
     )  # fixed: same folder
     assert summary["requests"] == 1 and (out / "run.json").exists()
 
 
 def test_rerunning_a_finished_folder_keeps_the_first_runs_timing(tmp_path, fake_scorer):
-    first = qa.run_qa(qa_config(tmp_path))
-    again = qa.run_qa(qa_config(tmp_path))
+    first = qa.qa_job(qa_config(tmp_path))
+    again = qa.qa_job(qa_config(tmp_path))
     runs = [strict_loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
     assert [r["requests"] for r in runs] == [LIMIT, 0]
     assert again["requests_this_run"] == 0 and again["runs"] == 2
@@ -367,9 +367,9 @@ def test_rerunning_a_finished_folder_keeps_the_first_runs_timing(tmp_path, fake_
 def test_a_failed_runs_work_is_counted(tmp_path, fake_scorer):
     fake_scorer.fail_after = 20
     with pytest.raises(RuntimeError):
-        qa.run_qa(qa_config(tmp_path))
+        qa.qa_job(qa_config(tmp_path))
     fake_scorer.fail_after = None
-    summary = qa.run_qa(qa_config(tmp_path))
+    summary = qa.qa_job(qa_config(tmp_path))
     runs = [strict_loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
     assert [r["requests"] for r in runs] == [16, LIMIT - 16] and "stopped on purpose" in runs[0]["error"]
     assert summary["requests_timed"] == LIMIT and summary["resumed"] is True
@@ -402,7 +402,7 @@ def test_an_oversized_question_stops_the_run_naming_it(tmp_path, pipeline):
         match=rf"question 'q5' \({data}:6\): context of 5000 tokens .* exceeds the model "
         r"window; fix or remove the question \(or set on_error=skip",
     ):
-        qa.run_qa(config)
+        qa.qa_job(config)
     assert [json.loads(x)["id"] for x in lines(tmp_path / "out")] == ["q0", "q1", "q2", "q3"]
 
 
@@ -418,7 +418,7 @@ def test_on_error_skip_records_and_counts_skipped_questions(tmp_path, pipeline):
         f"pipeline={pipeline}",
         "on_error=skip",
     ]
-    summary = qa.run_qa(qa_config(tmp_path / "out", *overrides))
+    summary = qa.qa_job(qa_config(tmp_path / "out", *overrides))
     rows = [strict_loads(x) for x in lines(tmp_path / "out")]
     assert [r["id"] for r in rows] == [f"q{i}" for i in range(8)]
     assert {k: v for k, v in rows[5].items() if k != "fingerprint"} == {
@@ -433,7 +433,7 @@ def test_on_error_skip_records_and_counts_skipped_questions(tmp_path, pipeline):
     # questions are scored together as before, so nothing differs
     for keep in (5, 7):
         (tmp_path / "out" / "responses.jsonl").write_bytes(b"".join(before.splitlines(keepends=True)[:keep]))
-        qa.run_qa(qa_config(tmp_path / "out", *overrides))
+        qa.qa_job(qa_config(tmp_path / "out", *overrides))
         assert (tmp_path / "out" / "responses.jsonl").read_bytes() == before
     assert runner.read_runs(tmp_path / "out" / "runs.jsonl")[-1]["skipped"] == 0  # a recorded skip is not retried
 
@@ -461,7 +461,7 @@ def test_resume_from_every_cut_point_is_byte_identical(tmp_path, pipeline):
         "chunk_size=4",
         f"pipeline={pipeline}",
     ]
-    qa.run_qa(qa_config(tmp_path / "reference", *overrides))
+    qa.qa_job(qa_config(tmp_path / "reference", *overrides))
     reference = (tmp_path / "reference" / "responses.jsonl").read_bytes()
     config = to_config(qa_config(tmp_path / "unused", *overrides))
     ends = [i + 1 for i, byte in enumerate(reference) if byte == ord("\n")]
@@ -471,11 +471,11 @@ def test_resume_from_every_cut_point_is_byte_identical(tmp_path, pipeline):
         folder.mkdir()
         (folder / "responses.jsonl").write_bytes(reference[:cut])
         (folder / "run.json").write_bytes((tmp_path / "reference" / "run.json").read_bytes())
-        qa.run_qa(config, output_dir=folder)
+        qa.qa_job(config, output_dir=folder)
         assert (folder / "responses.jsonl").read_bytes() == reference, f"cut at byte {cut}"
 
 
 def test_another_chunk_size_is_refused_on_resume(tmp_path, fake_scorer):
-    qa.run_qa(qa_config(tmp_path, "dataset.limit=5", "chunk_size=4"))
+    qa.qa_job(qa_config(tmp_path, "dataset.limit=5", "chunk_size=4"))
     with pytest.raises(ValueError, match=r"other settings \(chunk_size\)"):
-        qa.run_qa(qa_config(tmp_path, "dataset.limit=5", "chunk_size=2"))
+        qa.qa_job(qa_config(tmp_path, "dataset.limit=5", "chunk_size=2"))

@@ -93,13 +93,13 @@ def test_a_single_choice_question_is_refused_by_run_qa_unless_allowed(tmp_path, 
 
 
 def test_jetgym_qa_refuses_a_single_choice_question_unless_allowed(tmp_path, fake_scorer):
-    from jetgym.scripts.qa import run_qa
+    from jetgym.scripts.qa import qa_job
 
     path = single_choice_set(tmp_path)
     overrides = [f"output_dir={tmp_path / 'out'}", "scorer.name=fake", "dataset=jsonl", f"dataset.path={path}"]
     with pytest.raises(ValueError, match="set allow_single_choice=true to score it anyway"):
-        run_qa(compose("qa", overrides))
-    assert run_qa(compose("qa", [*overrides, "allow_single_choice=true"]))["graded"] == 2
+        qa_job(compose("qa", overrides))
+    assert qa_job(compose("qa", [*overrides, "allow_single_choice=true"]))["graded"] == 2
 
 
 def test_the_api_says_what_to_pass(fake_scorer):
@@ -176,10 +176,10 @@ def taxi_config(out, *overrides):
 
 def test_a_worked_example_is_checked_against_the_full_action_set_not_one_steps_mask(tmp_path, fake_scorer):
     """Taxi's mask removes `drop off the passenger` at most steps; an example playing it is still valid."""
-    from jetgym.scripts.episode import run_episodes
+    from jetgym.scripts.episode import episode_job
 
     example = "env.examples=[[You are at the start.,drop off the passenger]]"
-    summary = run_episodes(taxi_config(tmp_path / "out", example), quiet=True)
+    summary = episode_job(taxi_config(tmp_path / "out", example), quiet=True)
     steps = (tmp_path / "out" / "steps.jsonl").read_text().splitlines()
     assert summary["episodes"] == 1 and len(steps) == 12
     masked = [line for line in steps if "5" not in json.loads(line)["probs"]]  # label 5: drop off the passenger
@@ -187,7 +187,7 @@ def test_a_worked_example_is_checked_against_the_full_action_set_not_one_steps_m
 
 
 def test_a_worked_example_with_a_control_the_env_lacks_is_refused_before_any_step(tmp_path, fake_scorer):
-    from jetgym.scripts.episode import run_episodes
+    from jetgym.scripts.episode import episode_job
 
     with pytest.raises(
         ValueError,
@@ -195,5 +195,5 @@ def test_a_worked_example_with_a_control_the_env_lacks_is_refused_before_any_ste
         r"Taxi-v4's controls \(move south, move north, move east, move west, pick up "
         r"the passenger, drop off the passenger\); write one of them",
     ):
-        run_episodes(taxi_config(tmp_path / "out", "env.examples=[[start,fly away]]"), quiet=True)
+        episode_job(taxi_config(tmp_path / "out", "env.examples=[[start,fly away]]"), quiet=True)
     assert not (tmp_path / "out" / "steps.jsonl").exists()

@@ -54,10 +54,10 @@ def test_the_agent_answers_with_the_command_string(fake_scorer):
 
 def test_cli_steps_are_logged_by_command(tmp_path):
     from jetgym.scripts.config import compose
-    from jetgym.scripts.episode import run_episodes
+    from jetgym.scripts.episode import episode_job
 
     out = tmp_path / "rooms"
-    run_episodes(
+    episode_job(
         compose(
             "episode",
             [
@@ -79,10 +79,10 @@ def test_cli_steps_are_logged_by_command(tmp_path):
 
 def test_scorer_rows_carry_probs_by_command(tmp_path, fake_scorer):
     from jetgym.scripts.config import compose
-    from jetgym.scripts.episode import run_episodes
+    from jetgym.scripts.episode import episode_job
 
     out = tmp_path / "scored"
-    run_episodes(
+    episode_job(
         compose(
             "episode",
             [
@@ -283,12 +283,12 @@ def test_vector_envs_play_games_whose_last_step_lists_nothing(mode, autoreset):
 
 def test_the_episode_cli_and_cloning_replay_games_whose_last_step_lists_nothing(tmp_path, fake_scorer):
     from jetgym.scripts.config import compose
-    from jetgym.scripts.episode import run_episodes
+    from jetgym.scripts.episode import episode_job
     from jetgym.training.cloning import cloning_questions
 
     for num_envs in (1, 2):
         out = tmp_path / f"envs-{num_envs}"
-        run_episodes(
+        episode_job(
             compose(
                 "episode",
                 [

@@ -347,7 +347,7 @@ def test_an_fp32_trained_adapter_loads_in_bf16(tiny_folder, tmp_path):
 def test_train_cli_adapter_loads_in_jetgym_episode(tiny_folder, tmp_path):
     """jetgym-train (PPO on FrozenLake) writes an adapter that jetgym-episode plays with the same choices."""
     from jetgym.scripts.config import compose
-    from jetgym.scripts.episode import run_episodes
+    from jetgym.scripts.episode import episode_job
     from jetgym.scripts.train import train
 
     common = [
@@ -372,7 +372,7 @@ def test_train_cli_adapter_loads_in_jetgym_episode(tiny_folder, tmp_path):
     )
     assert summary["updates"] == 1 and (tmp_path / "train" / "learning_curve.png").stat().st_size > 0
     adapter = tmp_path / "train" / "adapter"
-    run_episodes(
+    episode_job(
         compose(
             "episode",
             common
@@ -412,9 +412,9 @@ FROZEN_STILL = ("env=frozenlake", "env.kwargs.is_slippery=false")
 def recorded_steps(tiny_folder, out, *extra, env=FROZEN_STILL) -> list[dict]:
     """Episodes of the random agent (on non-slippery FrozenLake by default), recorded by jetgym-episode."""
     from jetgym.scripts.config import compose
-    from jetgym.scripts.episode import run_episodes
+    from jetgym.scripts.episode import episode_job
 
-    run_episodes(
+    episode_job(
         compose(
             "episode",
             [

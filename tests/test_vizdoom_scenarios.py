@@ -87,11 +87,11 @@ def test_the_cli_plays_a_users_cfg(tmp_path):
     import json
 
     from jetgym.scripts.config import compose
-    from jetgym.scripts.episode import run_episodes
+    from jetgym.scripts.episode import episode_job
 
     cfg = user_scenario(tmp_path)
     out = tmp_path / "run"
-    run_episodes(
+    episode_job(
         compose(
             "episode",
             [
