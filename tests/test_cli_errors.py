@@ -393,3 +393,21 @@ def test_an_episode_with_a_gif_prints_no_display_complaint(tmp_path):
     assert done.returncode == 0, done.stderr
     assert (out / "episode_000.gif").stat().st_size > 0
     assert "XDG_RUNTIME_DIR" not in done.stderr and "ALSA" not in done.stderr and "error:" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "job, then",
+    [
+        ("jetgym-qa", "rerun the same command to resume"),
+        ("jetgym-train", "rerun the same command to resume"),
+        ("jetgym-episode", "this job does not resume: rerun it into a new output_dir"),
+    ],
+)
+def test_ctrl_c_ends_a_job_with_one_line_saying_what_a_rerun_does(job, then, capsys, monkeypatch):
+    from jetgym.scripts.cli import user_errors
+
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    with pytest.raises(SystemExit) as stop, user_errors(job):
+        raise KeyboardInterrupt
+    assert stop.value.code == 130
+    assert capsys.readouterr().err == f"{job}: interrupted; {then}\n"
