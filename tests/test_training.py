@@ -304,7 +304,11 @@ def test_bad_adapters_are_refused(tiny_folder, tmp_path):
     trained_adapter(tiny_folder, tmp_path / "good")
     weights = tmp_path / "good" / "adapter_model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
-    with pytest.raises(AdapterError, match="cannot load the adapter in .*good .*truncated: train again"):
+    with pytest.raises(
+        AdapterError,
+        match=r"good/adapter_model.safetensors is damaged \(100 bytes; its contents differ from what jetgym "
+        r"wrote\); train again or restore the adapter folder",
+    ):
         make_scorer("jet", model=tiny_folder, adapter=str(tmp_path / "good"))
     with pytest.raises(AdapterError, match="adapter folder '.*adapter_model.safetensors' is a file, not a folder"):
         make_scorer("jet", model=tiny_folder, adapter=str(weights))
@@ -326,6 +330,43 @@ def test_bad_adapters_are_refused(tiny_folder, tmp_path):
         make_scorer("jet", model=tiny_folder, adapter=str(tmp_path / "other"))
     with pytest.raises(ValueError, match="adapter must be the path of an adapter folder, got ''"):
         make_scorer("jet", model=tiny_folder, adapter="")
+
+
+def test_damaged_or_non_finite_adapter_tensors_are_refused_by_name(tiny_folder, tmp_path):
+    """Issue 48, item 3: 64 bytes of tensor data set to 0x7f loaded and scored as a uniform model."""
+    from safetensors.torch import load_file, save_file
+
+    from jetgym.scorers.adapters import AdapterError, file_digests
+
+    folder = tmp_path / "adapter"
+    trained_adapter(tiny_folder, folder)
+    weights = folder / "adapter_model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-200:-136] = b"\x7f" * 64  # inside the tensor data: the header still parses
+    weights.write_bytes(bytes(data))
+    with pytest.raises(AdapterError) as caught:
+        make_scorer("jet", model=tiny_folder, adapter=str(folder))
+    assert str(caught.value) == (
+        f"{weights} is damaged ({len(data):,} bytes; its contents differ from what jetgym wrote); "
+        f"train again or restore the adapter folder"
+    )
+    trained_adapter(tiny_folder, folder)  # intact again, then a NaN written with a matching digest
+    tensors = load_file(str(weights))
+    name = sorted(tensors)[0]
+    tensors[name][0, 0] = float("nan")
+    save_file(tensors, str(weights))
+    meta = folder / "jetgym_adapter.json"
+    recorded = json.loads(meta.read_text())
+    meta.write_text(json.dumps({**recorded, "tensors": file_digests(folder, sorted(recorded["tensors"]))}))
+    with pytest.raises(
+        AdapterError,
+        match=rf"adapter {folder}: weight \S+ holds non-finite values \([\d,]+ of [\d,]+\); train again or restore "
+        r"the adapter folder",
+    ):
+        make_scorer("jet", model=tiny_folder, adapter=str(folder))
+    trained_adapter(tiny_folder, folder)  # an adapter of an older version (no digests) still loads
+    meta.write_text(json.dumps({k: v for k, v in json.loads(meta.read_text()).items() if k != "tensors"}))
+    make_scorer("jet", model=tiny_folder, adapter=str(folder))
 
 
 def test_an_fp32_trained_adapter_loads_in_bf16(tiny_folder, tmp_path):
