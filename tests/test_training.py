@@ -226,6 +226,91 @@ def test_resume_after_kill_continues_from_the_checkpoint(tmp_path):
     assert not (out / "checkpoint.json").exists()
 
 
+def checkpointed_folder(out):
+    """A training folder holding two log rows and a checkpoint at update 2 (as a killed run leaves it)."""
+    from jetgym.runs.folder import append_jsonl
+    from jetgym.training.run import TrainingFolder
+
+    policy, _, _ = bandit_setup()
+    folder = TrainingFolder(out, {"algorithm": "ppo", "train": {"env_steps": 40}})
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=0.01)
+    policy.parameters()[0].sum().backward()
+    optimizer.step()
+    append_jsonl(folder.log, [{"update": 1, "env_steps": 8}, {"update": 2, "env_steps": 16}])
+    folder.save_checkpoint(policy, optimizer, {"update": 2, "env_steps": 16, "generator": [0]})
+    return folder
+
+
+def damage(out, case):
+    """Damage the checkpoint in `out` as a user or a failing disk would."""
+    pointer = out / "checkpoint.json"
+    files = out / json.loads(pointer.read_text())["folder"]
+    if case == "edited pointer":
+        pointer.write_text(json.dumps({**json.loads(pointer.read_text()), "env_steps": 999999, "update": 7}))
+    elif case == "flipped bytes":
+        data = bytearray((files / "policy.safetensors").read_bytes())
+        data[-10] ^= 0xFF
+        (files / "policy.safetensors").write_bytes(bytes(data))
+    elif case in ("truncated optimizer", "truncated policy"):
+        name = "optimizer.pt" if case == "truncated optimizer" else "policy.safetensors"
+        (files / name).write_bytes((files / name).read_bytes()[:50])
+    elif case == "deleted log":
+        (out / "train.jsonl").unlink()
+    else:
+        (out / "train.jsonl").write_text((out / "train.jsonl").read_text().splitlines()[0] + "\n")
+    return files
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        (
+            "edited pointer",
+            "{out}/checkpoint.json was edited or damaged (its contents differ from what jetgym wrote): "
+            "the checkpoint cannot be trusted; ",
+        ),
+        (
+            "flipped bytes",
+            "{files}/policy.safetensors is damaged (N bytes; its contents differ from what jetgym "
+            "wrote); the checkpoint cannot be resumed; ",
+        ),
+        (
+            "truncated optimizer",
+            "{files}/optimizer.pt is damaged (50 bytes; its contents differ from what jetgym "
+            "wrote); the checkpoint cannot be resumed; ",
+        ),
+        (
+            "truncated policy",
+            "{files}/policy.safetensors is damaged (50 bytes; its contents differ from what jetgym "
+            "wrote); the checkpoint cannot be resumed; ",
+        ),
+        (
+            "deleted log",
+            "{out}/train.jsonl is missing beside checkpoint.json: the learning curve's first 2 rows are lost; ",
+        ),
+        (
+            "cut log",
+            "{out}/train.jsonl holds 1 rows up to update 2, but 2 when checkpoint.json was written: the "
+            "learning curve lost rows; ",
+        ),
+    ],
+)
+def test_a_damaged_or_edited_checkpoint_is_refused_naming_the_file_and_the_fix(tmp_path, case, message):
+    """Issue 48, item 4: an edited checkpoint.json "finished" in 0 s; flipped tensor bytes and a deleted
+    train.jsonl resumed silently; truncated files gave raw tracebacks."""
+    from jetgym.training.run import TrainingFolder
+
+    out = tmp_path / "out"
+    folder = checkpointed_folder(out)
+    assert TrainingFolder(out, folder.config).check()["update"] == 2  # intact: resumes
+    files = damage(out, case)
+    size = (files / "policy.safetensors").stat().st_size
+    with pytest.raises((ValueError, FileNotFoundError)) as caught:  # both one line in jetgym-train
+        TrainingFolder(out, folder.config).check()
+    fix = "restore it, or choose a new output_dir (the run cannot resume from this folder)"
+    assert str(caught.value) == message.format(out=out, files=files).replace("N bytes", f"{size:,} bytes") + fix
+
+
 def tiny_model_folder(folder) -> str:
     """A tiny random llama with the embedded model's tokenizer, saved as a model folder (loads by path)."""
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
