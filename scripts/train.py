@@ -45,7 +45,7 @@ def train(cfg: Any, output_dir: str | None = None, progress: bool = True, on_sta
         "seed": config.seed,
         "model": dataclasses.asdict(config.model),
         "scorer": dataclasses.asdict(config.scorer),
-        "train": dataclasses.asdict(config.train),
+        "train": config.train_record(),
         "placement": dataclasses.asdict(config.placement),
     }
     lora = options_of(config, LoraOptions)
@@ -82,7 +82,7 @@ def _train(config: TrainConfig, record: dict, lora, out: str, shards, progress: 
         else:
             questions = _demonstrations(config, single, policy)
             record["env"], record["agent"] = dataclasses.asdict(config.env), dataclasses.asdict(config.agent)
-        train_set, held_out = split_held_out(questions, config.train.held_out)
+        train_set, held_out = split_held_out(questions, config.held_out)
         if config.train.unique:
             train_set, held_out, record["unique"] = distinct_split(train_set, held_out)
         return run_sft(
@@ -116,7 +116,7 @@ def _train(config: TrainConfig, record: dict, lora, out: str, shards, progress: 
             agent,
             options,
             out,
-            config.train.env_steps,
+            config.env_steps,
             temperature=config.agent.temperature,
             seed=config.seed,
             checkpoint_every=config.train.checkpoint_every,
@@ -133,7 +133,7 @@ def _train(config: TrainConfig, record: dict, lora, out: str, shards, progress: 
         agent,
         options,
         out,
-        config.train.env_steps,
+        config.env_steps,
         seed=config.seed,
         checkpoint_every=config.train.checkpoint_every,
         autocast=config.train.autocast,

@@ -1149,3 +1149,39 @@ def test_making_a_policy_shows_no_deprecation_warning_of_peft():
         warnings.simplefilter("always")
         Policy(tiny_scorer(), LoraOptions(lora_rank=2), seed=0)
     assert not [w for w in caught if "is_gradient_checkpointing" in str(w.message)]
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["algorithm=sft", "train.env_steps=100"],
+            "train.env_steps=100 is the env-step budget of algorithm=ppo or rft; algorithm=sft trains on questions "
+            "for train.epochs: remove train.env_steps (or set train.epochs)",
+        ),
+        (
+            ["algorithm=rft", "train.held_out=0.3"],
+            "train.held_out=0.3 holds questions out of algorithm=sft or bc; algorithm=rft is evaluated by playing "
+            "(jetgym eval): remove train.held_out",
+        ),
+        (
+            ["train.finetune=full", "train.lora_rank=4", "train.lora_layers=2"],
+            "train.lora_rank, train.lora_layers set with train.finetune=full, which trains every weight and no LoRA "
+            "adapter: remove them, or leave train.finetune=lora",
+        ),
+        (
+            ["algorithm=sft", "train.held_out=0.99"],
+            "train.held_out must be a fraction in [0, 0.5], got 0.99: every k-th episode (k = round(1 / held_out) "
+            ">= 2) is held out, so at most half; set train.held_out=0.5 or less",
+        ),
+    ],
+)
+def test_train_options_that_would_be_ignored_are_refused_naming_them(overrides, message):
+    """Issue 48, item 5: each of these was accepted and ignored (or did something else than it said)."""
+    from jetgym.scripts.config import compose, to_config
+
+    with pytest.raises(ValueError) as caught:
+        to_config(compose("train", overrides))
+    assert str(caught.value) == message
+    ppo, sft = to_config(compose("train", [])), to_config(compose("train", ["algorithm=sft"]))
+    assert (ppo.env_steps, sft.held_out) == (2048, 0.5)  # the defaults still apply where they count
