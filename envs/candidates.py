@@ -24,6 +24,7 @@ env's `info["candidates"]` is then an object array with one `CandidateSet` per s
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 from typing import Any, Literal, Sequence
@@ -302,7 +303,20 @@ class CandidateActions(gym.Wrapper):
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.steps += 1
+        check_reward(reward, f"{env_name(self.env)}'s step() at episode {self.episode}, step {self.steps - 1}")
         return obs, reward, terminated, truncated, self._with_candidates(info, bool(terminated or truncated))
+
+
+def check_reward(reward: Any, where: str) -> None:
+    """Refuse a reward that is not a finite number (NaN would spread into returns, advantages and losses)."""
+    try:
+        finite = math.isfinite(float(reward))
+    except (TypeError, ValueError):
+        raise ValueError(f"{where} returned reward = {reward!r}, not a number: fix the env's reward") from None
+    if not finite:
+        raise ValueError(
+            f"{where} returned reward = {float(reward)}: a reward must be a finite number; fix the env's reward"
+        )
 
 
 def make_vector_env(

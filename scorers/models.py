@@ -261,9 +261,7 @@ def load_model(spec: str, placement: Placement | str | dict | None = None, adapt
         import torch
 
         if not torch.cuda.is_available():
-            raise RuntimeError(
-                f"placement {placement.device!r} needs a CUDA GPU and torch sees none; use placement=cpu"
-            )
+            raise ValueError(f"placement {placement.device!r} needs a CUDA GPU and torch sees none; use placement=cpu")
     source = resolve(spec)
     try:
         config = AutoConfig.from_pretrained(source)

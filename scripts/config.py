@@ -39,6 +39,12 @@ def _check_positive(what: str, value: int | None) -> None:
         raise ValueError(f"{what} must be >= 1, got {value}")
 
 
+def _check_seed(seed: int) -> None:
+    """Episodes are seeded seed, seed+1, ... and Gymnasium takes only seeds >= 0."""
+    if seed < 0:
+        raise ValueError(f"seed must be >= 0 (envs take non-negative seeds), got {seed}")
+
+
 def _hydra_type(hint: Any) -> Any:
     """An OmegaConf-typed version of a library type hint (Literal -> str, tuple -> List, X | None -> Optional)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
@@ -288,6 +294,7 @@ class EpisodeConfig:
 
     def __post_init__(self):
         _check_positive("episodes", self.episodes)
+        _check_seed(self.seed)
 
 
 def scorer_options(config: Any) -> dict:
@@ -400,6 +407,7 @@ class TrainConfig:
 
     def __post_init__(self):
         check_choice("algorithm", self.algorithm, ALGORITHMS)
+        _check_seed(self.seed)
         if self.scorer.name != "jet":
             raise ValueError(
                 f"jetgym-train trains the jet scorer's model: set scorer=jet (got scorer={self.scorer.name})"
@@ -434,6 +442,7 @@ class TrainConfig:
             )
         _check_algorithm_options(self.algorithm, self.train)
         _check_applies(self.algorithm, self.train)
+        _build_options(self.algorithm, self.train)
         _check_positive("train.env_steps", self.env_steps)
         _check_positive("train.checkpoint_every", self.train.checkpoint_every)
         if not 0 <= self.held_out <= 0.5:
@@ -473,6 +482,20 @@ def _check_algorithm_options(algorithm: str, train) -> None:
                 f"train.{name} is an option of algorithm={users}, not of algorithm={algorithm}: "
                 f"remove it or change the algorithm"
             )
+
+
+def train_options(train, cls) -> Any:
+    """The `train.*` settings that `cls` takes (null: its default), as a `cls`."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in dataclasses.asdict(train).items() if k in names and v is not None})
+
+
+def _build_options(algorithm: str, train) -> None:
+    """Build the algorithm's and LoRA's options once, so their checks run before any model is loaded."""
+    from jetgym.training.options import OPTIONS, LoraOptions
+
+    for cls in (OPTIONS[algorithm], LoraOptions):
+        train_options(train, cls)
 
 
 def _check_applies(algorithm: str, train) -> None:

@@ -19,13 +19,12 @@ from omegaconf import DictConfig
 from jetgym.runs.folder import refuse_other_jobs
 from jetgym.scripts.build import build_agent, make_env
 from jetgym.scripts.cli import save_hydra_config, start, user_errors
-from jetgym.scripts.config import CONFIG_PATH, RELABELERS, TrainConfig, build_scorer, to_config
+from jetgym.scripts.config import CONFIG_PATH, RELABELERS, TrainConfig, build_scorer, to_config, train_options
 
 
 def options_of(config: TrainConfig, cls) -> Any:
     """The `train.*` settings that `cls` takes (null: its default)."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in dataclasses.asdict(config.train).items() if k in names and v is not None})
+    return train_options(config.train, cls)
 
 
 def train(cfg: Any, output_dir: str | None = None, progress: bool = True, on_start=None) -> dict:

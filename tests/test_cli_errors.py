@@ -393,3 +393,30 @@ def test_an_episode_with_a_gif_prints_no_display_complaint(tmp_path):
     assert done.returncode == 0, done.stderr
     assert (out / "episode_000.gif").stat().st_size > 0
     assert "XDG_RUNTIME_DIR" not in done.stderr and "ALSA" not in done.stderr and "error:" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "module, overrides, message",
+    [
+        ("episode", ["agent=random", "seed=-5"], "seed must be >= 0 (envs take non-negative seeds), got -5"),
+        (
+            "episode",
+            ["agent=random", "env=gym", "env.id=broken_envs:BrokenNanReward-v0", "env.action_texts=[left,right]"],
+            "BrokenNanReward-v0's step() at episode 0, step 2 returned reward = nan: a reward must be a finite "
+            "number; fix the env's reward",
+        ),
+        pytest.param(
+            "qa",
+            ["placement=cuda", "scorer.name=jet"],
+            "placement 'cuda' needs a CUDA GPU and torch sees none; use placement=cpu",
+            marks=pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="the message when no GPU exists"),
+        ),
+    ],
+)
+def test_settings_that_failed_late_are_one_line(tmp_path, module, overrides, message):
+    """Issue 48, item 7: each of these ended in a traceback (or, for NaN rewards in training, a nan mean return)."""
+    args = qa_args(tmp_path, tmp_path / "a", *overrides) if module == "qa" else (*overrides, f"output_dir={tmp_path}/a")
+    done = job(module, *args, env={"PYTHONPATH": str(TESTS)})
+    last = [line for line in done.stderr.splitlines() if line.strip()][-1].split("\r")[-1]  # after a progress bar
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert last.split("]")[-1] == f"jetgym-{module}: {message}"

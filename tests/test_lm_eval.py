@@ -186,6 +186,7 @@ def test_generate_until_matches_the_hf_backend(backends):
         ({"batch_sizes": 3}, "takes no argument 'batch_sizes'"),
         ({"placement": "gpu"}, "placement 'gpu' is unknown"),
         ({"device": "mps"}, "device 'mps' is not supported"),
+        ({"max_length": 0}, "max_length=0 in model_args: the window must be >= 1 token; leave max_length out"),
     ],
 )
 def test_bad_model_args_are_refused_by_name(args, message):

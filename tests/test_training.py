@@ -1185,3 +1185,34 @@ def test_train_options_that_would_be_ignored_are_refused_naming_them(overrides, 
     assert str(caught.value) == message
     ppo, sft = to_config(compose("train", [])), to_config(compose("train", ["algorithm=sft"]))
     assert (ppo.env_steps, sft.held_out) == (2048, 0.5)  # the defaults still apply where they count
+
+
+def test_settings_that_failed_late_are_refused_before_training(tmp_path):
+    """Issue 48, item 7: learning_rate=inf failed at a row `policy_loss = nan`, seed=-2 in a gymnasium traceback,
+    NaN rewards gave `mean_return = nan`, and a changed setting was named only by its group (`changed: train`)."""
+    from jetgym.scripts.config import compose, to_config
+    from jetgym.training.run import TrainingFolder
+
+    with pytest.raises(ValueError) as caught:
+        to_config(compose("train", ["algorithm=rft", "train.learning_rate=inf"]))
+    assert str(caught.value) == "train.learning_rate must be a finite number, got inf"
+    with pytest.raises(ValueError) as caught:
+        to_config(compose("train", ["algorithm=rft", "seed=-2"]))
+    assert str(caught.value) == "seed must be >= 0 (envs take non-negative seeds), got -2"
+
+    import broken_envs  # noqa: F401  (registers the broken envs)
+
+    policy, _, agent = bandit_setup()
+    envs = [CandidateActions(gym.make("BrokenNanReward-v0"), texts=["go west", "go east"]) for _ in range(2)]
+    with pytest.raises(ValueError) as caught:
+        run_ppo(policy, envs, agent, PPOOptions(num_envs=2, rollout_steps=4, minibatch=4), tmp_path / "nan", 8)
+    assert str(caught.value) == (
+        "BrokenNanReward-v0's step() at episode 0, step 2 returned reward = nan: a reward must be a finite number; "
+        "fix the env's reward"
+    )
+
+    out = tmp_path / "resume"
+    checkpointed_folder(out)
+    with pytest.raises(ValueError) as caught:
+        TrainingFolder(out, {"algorithm": "ppo", "train": {"env_steps": 80}}).check()
+    assert "(changed: train.env_steps 40 -> 80); rerun with the same settings to resume" in str(caught.value)

@@ -85,14 +85,10 @@ class TrainingFolder:
                 f"cannot be trusted; {RESTORE}"
             )
         if state.get("config") != self.config:
-            changed = sorted(
-                k
-                for k in set(self.config) | set(state.get("config", {}))
-                if self.config.get(k) != state.get("config", {}).get(k)
-            )
             raise ValueError(
                 f"{self.out} holds a checkpoint of another training configuration (changed: "
-                f"{', '.join(changed)}); rerun with the same settings to resume, or choose a new output_dir"
+                f"{', '.join(changed_settings(state.get('config', {}), self.config))}); rerun with the same settings "
+                f"to resume, or choose a new output_dir"
             )
         self._check_files(state)
         return state
@@ -184,6 +180,18 @@ class TrainingFolder:
             shutil.rmtree(self.out / json.loads(pointer.read_text())["folder"], ignore_errors=True)
             pointer.unlink()
         return summary
+
+
+def changed_settings(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """The dotted keys whose values differ between two settings trees, each with its old and new value."""
+    changed = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            changed += changed_settings(a, b, f"{prefix}{key}.")
+        elif a != b:
+            changed.append(f"{prefix}{key} {json.dumps(a)} -> {json.dumps(b)}")
+    return changed
 
 
 RESTORE = "restore it, or choose a new output_dir (the run cannot resume from this folder)"
