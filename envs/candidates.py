@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -296,15 +296,44 @@ class CandidateActions(gym.Wrapper):
         return {**info, "candidates": candidates, "action_mask": self.mask.copy()}
 
     def reset(self, **kwargs):
-        obs, info = self.env.reset(**kwargs)
+        where = f"{env_name(self.env)}'s reset() at episode {self.episode + 1}"
+        obs, info = call_env(lambda: self.env.reset(**kwargs), where, ("observation", "info"))
         self.episode, self.steps = self.episode + 1, 0
         return obs, self._with_candidates(info)
 
     def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
+        shown = repr(action) if isinstance(action, str) else str(action)
+        where = f"{env_name(self.env)}'s step({shown}) at episode {self.episode}, step {self.steps}"
+        obs, reward, terminated, truncated, info = call_env(lambda: self.env.step(action), where, STEP_VALUES)
         self.steps += 1
         check_reward(reward, f"{env_name(self.env)}'s step() at episode {self.episode}, step {self.steps - 1}")
         return obs, reward, terminated, truncated, self._with_candidates(info, bool(terminated or truncated))
+
+
+STEP_VALUES = ("observation", "reward", "terminated", "truncated", "info")
+
+
+class EnvError(ValueError):
+    """An error raised inside an env's own reset or step (or a result outside Gymnasium's API), named as the
+    env's: its id, the call, the episode and step, and the original exception (its `__cause__`)."""
+
+
+def call_env(run: Callable[[], Any], where: str, values: tuple[str, ...]) -> tuple:
+    """`run()` (an env's reset or step), with its errors and a result of the wrong shape named as the env's."""
+    try:
+        result = run()
+    except EnvError:
+        raise
+    except Exception as error:
+        raise EnvError(
+            f"{where} raised {type(error).__name__}: {error} (an error inside the env, not in jetgym; "
+            f"HYDRA_FULL_ERROR=1 shows its traceback)"
+        ) from error
+    if not isinstance(result, tuple) or len(result) != len(values):
+        got = f"{len(result)} values" if isinstance(result, tuple) else type(result).__name__
+        old = " (the old gym API's 4-tuple: split done into terminated and truncated)" if len(values) == 5 else ""
+        raise EnvError(f"{where} returned {got}; Gymnasium's API returns {len(values)}: ({', '.join(values)}){old}")
+    return result
 
 
 def check_reward(reward: Any, where: str) -> None:

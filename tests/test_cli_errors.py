@@ -405,6 +405,18 @@ def test_an_episode_with_a_gif_prints_no_display_complaint(tmp_path):
             "BrokenNanReward-v0's step() at episode 0, step 2 returned reward = nan: a reward must be a finite "
             "number; fix the env's reward",
         ),
+        (
+            "episode",
+            [
+                "agent=fixed",
+                "agent.control=right",
+                "env=gym",
+                "env.id=broken_envs:BrokenRaisingStep-v0",
+                "env.action_texts=[left,right]",
+            ],
+            "BrokenRaisingStep-v0's step(1) at episode 0, step 2 raised KeyError: 'wall' (an error inside the env, "
+            "not in jetgym; HYDRA_FULL_ERROR=1 shows its traceback)",
+        ),
         pytest.param(
             "qa",
             ["placement=cuda", "scorer.name=jet"],
@@ -414,7 +426,8 @@ def test_an_episode_with_a_gif_prints_no_display_complaint(tmp_path):
     ],
 )
 def test_settings_that_failed_late_are_one_line(tmp_path, module, overrides, message):
-    """Issue 48, item 7: each of these ended in a traceback (or, for NaN rewards in training, a nan mean return)."""
+    """Issue 48, items 7 and 6: each of these ended in a traceback (or, for NaN rewards in training, a nan mean
+    return); an error inside the env read as jetgym's."""
     args = qa_args(tmp_path, tmp_path / "a", *overrides) if module == "qa" else (*overrides, f"output_dir={tmp_path}/a")
     done = job(module, *args, env={"PYTHONPATH": str(TESTS)})
     last = [line for line in done.stderr.splitlines() if line.strip()][-1].split("\r")[-1]  # after a progress bar
