@@ -283,6 +283,9 @@ def test_offline_mmlu_tasks_hold_jetgyms_285_questions(tmp_path):
     ]
     config = json.loads((folder / "jetgym_mmlu285.yaml").read_text())
     assert config["dataset_kwargs"]["data_files"]["test"] == str(folder / "jetgym_mmlu285.jsonl")
+    task_file = folder / "jetgym_mmlu285.jsonl"  # issue 48, item 2: a cut task file was trusted
+    task_file.write_text("".join(task_file.read_text().splitlines(keepends=True)[:100]))
+    assert task_folder(tmp_path) == folder and len(task_file.read_text().splitlines()) == 285
 
 
 @pytest.mark.slow
