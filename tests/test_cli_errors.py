@@ -252,6 +252,30 @@ def test_truncated_model_weights_are_named(tmp_path, embedded_folder, keep):
     assert str(caught.value).endswith("bytes): the file is truncated or corrupt; copy or save it again")
 
 
+@pytest.mark.parametrize("damage", ["weights", "config"])
+def test_a_damaged_converted_embedded_model_says_delete_it_to_convert_again(
+    tmp_path, monkeypatch, embedded_folder, damage
+):
+    """Issue 48, item 8: a cut converted model said "copy or save it again", a garbage config.json "Download it
+    while online"; the embedded model is never downloaded, and deleting its converted copy converts it again."""
+    from jetgym.scorers.models import ModelNotFoundError, load_model
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    folder = tmp_path / "jetgym" / "models" / "smollm2-135m-instruct"
+    shutil.copytree(embedded_folder, folder, ignore=shutil.ignore_patterns("model.safetensors"))
+    if damage == "weights":
+        (folder / "model.safetensors").write_bytes((embedded_folder / "model.safetensors").read_bytes()[:100])
+    else:
+        (folder / "model.safetensors").symlink_to(embedded_folder / "model.safetensors")
+        (folder / "config.json").write_text("{ garbage")
+    with pytest.raises(ModelNotFoundError) as caught:
+        load_model("smollm2-135m-instruct")
+    assert str(caught.value).endswith(
+        f"it is jetgym's converted copy of the embedded model 'smollm2-135m-instruct': delete {folder} and rerun, "
+        f"and jetgym converts it again from its cached wheel" + ("." if damage == "config" else "")
+    )
+
+
 def test_a_refused_episode_run_leaves_the_folders_hydra_record_as_it_was(tmp_path):
     out = tmp_path / "out"
     args = ["env=taxi", "agent=random", "video=false", "+env.kwargs.max_episode_steps=5", f"output_dir={out}"]
