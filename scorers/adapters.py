@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,14 @@ def file_digests(folder: Path, names: list[str]) -> dict[str, str]:
     return digests
 
 
+def plain_mode(paths: list[Path]) -> None:
+    """Give files the mode every other file gets (0666 less the umask): safetensors writes its files 0600."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in paths:
+        os.chmod(path, 0o666 & ~umask)
+
+
 def check_digests(folder: Path, recorded: dict[str, str], fix: str) -> None:
     """Raise AdapterError naming the first file of `recorded` that is missing or whose bytes changed."""
     for name, digest in sorted(recorded.items()):
@@ -98,7 +107,9 @@ def check_finite(named: Any, where: str, fix: str) -> None:
 def write_metadata(folder: Path, spec: str, model, fingerprint: str, kind: str) -> None:
     """`fingerprint`: `base_fingerprint` of the base `model`, taken before any training step. Written last: it
     records the digests of the tensor files already in `folder`."""
-    tensors = file_digests(folder, sorted(path.name for path in Path(folder).glob("*.safetensors")))
+    names = sorted(path.name for path in Path(folder).glob("*.safetensors"))
+    plain_mode([Path(folder) / name for name in names])
+    tensors = file_digests(folder, names)
     text = json.dumps(
         {
             "base_model": spec,

@@ -198,6 +198,9 @@ def embedded_folder(name: str) -> Path:
         shutil.rmtree(gguf.parent)
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
+        from .adapters import plain_mode
+
+        plain_mode(sorted(staging.glob("*.safetensors")))
         staging.rename(target)
     except OSError:
         if not (target / "config.json").exists():

@@ -457,3 +457,23 @@ def test_settings_that_failed_late_are_one_line(tmp_path, module, overrides, mes
     last = [line for line in done.stderr.splitlines() if line.strip()][-1].split("\r")[-1]  # after a progress bar
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert last.split("]")[-1] == f"jetgym-{module}: {message}"
+
+
+@pytest.mark.parametrize(
+    "job, after",
+    [
+        ("jetgym-qa", "rerun the same command to resume (the responses written are kept)"),
+        ("jetgym-episode", "episode runs do not resume: rerun with a new output_dir to start over"),
+    ],
+)
+def test_ctrl_c_is_one_line_saying_whether_a_rerun_resumes(monkeypatch, capsys, job, after):
+    """Issue 48, item 9: Ctrl-C printed a 100+ line traceback and no word on resuming."""
+    from jetgym.scripts.cli import user_errors
+
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    with pytest.raises(SystemExit) as caught, user_errors(job):
+        raise KeyboardInterrupt
+    assert caught.value.code == 130 and capsys.readouterr().err == f"{job}: interrupted; {after}\n"
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+    with pytest.raises(KeyboardInterrupt), user_errors(job):
+        raise KeyboardInterrupt

@@ -635,6 +635,30 @@ def test_behaviour_cloning_refuses_a_record_it_cannot_replay(tiny_folder, tmp_pa
         cloning_questions("/nowhere.jsonl", env, agent)
 
 
+def test_behaviour_cloning_leaves_out_an_episode_a_stopped_run_cut_off(tiny_folder, tmp_path):
+    """Issue 48, item 9: bc trained on the cut-off last episode of a killed episode run without a word."""
+    from jetgym.training.cloning import cloning_questions
+
+    rows = recorded_steps(tiny_folder, tmp_path / "play")
+    last = rows[-1]["episode"]
+    cut = [r for r in rows if r["episode"] != last] + [r for r in rows if r["episode"] == last][:1]
+    assert not (cut[-1]["terminated"] or cut[-1]["truncated"])
+    path = tmp_path / "killed.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in cut))
+    env = CandidateActions(gym.make("FrozenLake-v1", is_slippery=False), texts=["a", "b", "c", "d"])
+    agent = make_agent("scorer", scorer=tiny_scorer(), task="Reach G.", describer=lambda o: f"on cell {o}")
+    with pytest.warns(UserWarning) as caught:
+        questions = cloning_questions(path, env, agent)
+    assert str(caught[0].message) == (
+        f"{path}: episode {last} (stops at step 0) never ended (the recording run was stopped mid-episode): left "
+        f"out of the cloned episodes"
+    )
+    assert {q.id.split("/")[1] for q in questions} == {f"episode-{n}" for n in range(last)}
+    path.write_text(json.dumps(cut[-1]) + "\n")
+    with pytest.raises(ValueError, match=r"killed.jsonl holds no finished episode \(episode \d+ \(stops at step 0\)\)"):
+        cloning_questions(path, env, agent)
+
+
 def test_behaviour_cloning_keeps_the_episodes_above_min_return(tiny_folder, tmp_path):
     from jetgym.scripts.config import compose, to_config
     from jetgym.training.cloning import cloning_questions
@@ -1216,3 +1240,16 @@ def test_settings_that_failed_late_are_refused_before_training(tmp_path):
     with pytest.raises(ValueError) as caught:
         TrainingFolder(out, {"algorithm": "ppo", "train": {"env_steps": 80}}).check()
     assert "(changed: train.env_steps 40 -> 80); rerun with the same settings to resume" in str(caught.value)
+
+
+def test_tensor_files_get_the_mode_of_every_other_file(tiny_folder, tmp_path):
+    """Issue 48, item 9: safetensors wrote 0600 files beside 0644 ones."""
+    umask = os.umask(0)
+    os.umask(umask)
+    trained_adapter(tiny_folder, tmp_path / "adapter")
+    checkpointed_folder(tmp_path / "out")
+    files = [*(tmp_path / "adapter").iterdir(), *(tmp_path / "out").glob("checkpoint-*/*")]
+    assert {path.name for path in files} >= {"adapter_model.safetensors", "policy.safetensors", "optimizer.pt"}
+    assert {path.name: oct(path.stat().st_mode & 0o777) for path in files} == {
+        path.name: oct(0o666 & ~umask) for path in files
+    }

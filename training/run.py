@@ -133,8 +133,9 @@ class TrainingFolder:
         previous = None
         if (self.out / POINTER).exists():
             previous = json.loads((self.out / POINTER).read_text()).get("folder")
-        from jetgym.scorers.adapters import file_digests
+        from jetgym.scorers.adapters import file_digests, plain_mode
 
+        plain_mode([folder / "policy.safetensors", folder / "optimizer.pt"])
         state = {
             "config": self.config,
             "folder": name,
