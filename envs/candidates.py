@@ -325,15 +325,19 @@ def call_env(run: Callable[[], Any], where: str, values: tuple[str, ...]) -> tup
     except EnvError:
         raise
     except Exception as error:
+        old = f"; {OLD_STEP}" if "(expected 5, got 4)" in str(error) else ""  # a wrapper unpacked an old 4-tuple
         raise EnvError(
             f"{where} raised {type(error).__name__}: {error} (an error inside the env, not in jetgym; "
-            f"HYDRA_FULL_ERROR=1 shows its traceback)"
+            f"HYDRA_FULL_ERROR=1 shows its traceback){old}"
         ) from error
     if not isinstance(result, tuple) or len(result) != len(values):
         got = f"{len(result)} values" if isinstance(result, tuple) else type(result).__name__
-        old = " (the old gym API's 4-tuple: split done into terminated and truncated)" if len(values) == 5 else ""
+        old = f" ({OLD_STEP})" if len(values) == 5 else ""
         raise EnvError(f"{where} returned {got}; Gymnasium's API returns {len(values)}: ({', '.join(values)}){old}")
     return result
+
+
+OLD_STEP = "the old gym API's 4-tuple: split done into terminated and truncated"
 
 
 def check_reward(reward: Any, where: str) -> None:

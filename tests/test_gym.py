@@ -567,6 +567,15 @@ def test_errors_inside_a_users_env_are_named_as_the_envs(fake_scorer):
         "BrokenOldStep-v0's step(1) at episode 0, step 0 returned 4 values; Gymnasium's API returns 5: (observation, "
         "reward, terminated, truncated, info) (the old gym API's 4-tuple: split done into terminated and truncated)"
     )
+    env = CandidateActions(gym.make("BrokenOldStep-v0", max_episode_steps=9), texts=["left", "right"])
+    env.reset(seed=0)
+    with pytest.raises(EnvError) as caught:  # gymnasium's TimeLimit unpacks the 4-tuple first
+        env.step(1)
+    assert str(caught.value) == (
+        "BrokenOldStep-v0's step(1) at episode 0, step 0 raised ValueError: not enough values to unpack (expected 5, "
+        "got 4) (an error inside the env, not in jetgym; HYDRA_FULL_ERROR=1 shows its traceback); the old gym API's "
+        "4-tuple: split done into terminated and truncated"
+    )
     env = CandidateActions(gym.make("BrokenRaisingStep-v0"), texts=["left", "right"])
     env.reset(seed=0)
     env.step(0), env.step(1)
