@@ -87,6 +87,7 @@ class ScorerAgent:
         space = observation_space
         if space is None and env is not None:
             space = getattr(env, "single_observation_space", None) or env.observation_space
+        self.space = space
         self.describer = None if space is None and not callable(describer) else self._build(space)
         self.recent: dict[int, deque[str]] = {}
         self.rngs: dict[int, np.random.Generator] = {}
@@ -97,9 +98,18 @@ class ScorerAgent:
 
     def describe(self, observation) -> str:
         """The observation as text (the describer is built from the first observation when no space was given)."""
-        if self.describer is None:
-            self.describer = self._build(infer_space(observation))
-        return self.describer(observation)
+        try:
+            if self.describer is None:
+                self.space = infer_space(observation)
+                self.describer = self._build(self.space)
+            return self.describer(observation)
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError) as error:
+            space = "no observation space" if self.space is None else f"the observation space {self.space}"
+            raise ValueError(
+                f"cannot describe an observation of type {type(observation).__name__} as {space} "
+                f"({type(error).__name__}: {error}): the env returned an observation its space does not hold; fix the "
+                f"env's observations or observation_space, or pass a describer (a callable observation -> str)"
+            ) from error
 
     def reset(self, seed: int | None = None, slot: int = 0) -> None:
         self.recent[slot] = deque(maxlen=self.memory)

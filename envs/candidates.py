@@ -24,9 +24,10 @@ env's `info["candidates"]` is then an object array with one `CandidateSet` per s
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -295,14 +296,60 @@ class CandidateActions(gym.Wrapper):
         return {**info, "candidates": candidates, "action_mask": self.mask.copy()}
 
     def reset(self, **kwargs):
-        obs, info = self.env.reset(**kwargs)
+        where = f"{env_name(self.env)}'s reset() at episode {self.episode + 1}"
+        obs, info = call_env(lambda: self.env.reset(**kwargs), where, ("observation", "info"))
         self.episode, self.steps = self.episode + 1, 0
         return obs, self._with_candidates(info)
 
     def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
+        shown = repr(action) if isinstance(action, str) else str(action)
+        where = f"{env_name(self.env)}'s step({shown}) at episode {self.episode}, step {self.steps}"
+        obs, reward, terminated, truncated, info = call_env(lambda: self.env.step(action), where, STEP_VALUES)
         self.steps += 1
+        check_reward(reward, f"{env_name(self.env)}'s step() at episode {self.episode}, step {self.steps - 1}")
         return obs, reward, terminated, truncated, self._with_candidates(info, bool(terminated or truncated))
+
+
+STEP_VALUES = ("observation", "reward", "terminated", "truncated", "info")
+
+
+class EnvError(ValueError):
+    """An error raised inside an env's own reset or step (or a result outside Gymnasium's API), named as the
+    env's: its id, the call, the episode and step, and the original exception (its `__cause__`)."""
+
+
+def call_env(run: Callable[[], Any], where: str, values: tuple[str, ...]) -> tuple:
+    """`run()` (an env's reset or step), with its errors and a result of the wrong shape named as the env's."""
+    try:
+        result = run()
+    except EnvError:
+        raise
+    except Exception as error:
+        old = f"; {OLD_STEP}" if "(expected 5, got 4)" in str(error) else ""  # a wrapper unpacked an old 4-tuple
+        raise EnvError(
+            f"{where} raised {type(error).__name__}: {error} (an error inside the env, not in jetgym; "
+            f"HYDRA_FULL_ERROR=1 shows its traceback){old}"
+        ) from error
+    if not isinstance(result, tuple) or len(result) != len(values):
+        got = f"{len(result)} values" if isinstance(result, tuple) else type(result).__name__
+        old = f" ({OLD_STEP})" if len(values) == 5 else ""
+        raise EnvError(f"{where} returned {got}; Gymnasium's API returns {len(values)}: ({', '.join(values)}){old}")
+    return result
+
+
+OLD_STEP = "the old gym API's 4-tuple: split done into terminated and truncated"
+
+
+def check_reward(reward: Any, where: str) -> None:
+    """Refuse a reward that is not a finite number (NaN would spread into returns, advantages and losses)."""
+    try:
+        finite = math.isfinite(float(reward))
+    except (TypeError, ValueError):
+        raise ValueError(f"{where} returned reward = {reward!r}, not a number: fix the env's reward") from None
+    if not finite:
+        raise ValueError(
+            f"{where} returned reward = {float(reward)}: a reward must be a finite number; fix the env's reward"
+        )
 
 
 def make_vector_env(

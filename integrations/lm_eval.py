@@ -118,6 +118,11 @@ class JetgymLM(TemplateLM):
                 f"jetgym model: scorer={scorer!r} cannot serve lm-eval; backends that can: "
                 f"{', '.join(available_scorers('lm-eval'))}"
             )
+        if max_length is not None and int(max_length) < 1:
+            raise ValueError(
+                f"max_length={max_length} in model_args: the window must be >= 1 token; leave max_length out "
+                f"to use the model's own window"
+            )
         placement = self._device_placement(placement, device)
         self._rank, self._world_size = self._join_ranks(placement)
         options: dict[str, Any] = {

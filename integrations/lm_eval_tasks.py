@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 from jetgym.questions.sets import MMLU_LETTERS, load_mmlu, mmlu_path
+from jetgym.scorers.models import record_unpacked, unpacked_intact
 
 DESCRIPTION = "The following are multiple choice questions (with answers) about {{subject}}.\n\n"
 PROMPTS = {
@@ -96,13 +97,19 @@ def task_yaml(task: str, data_file: Path, prompt: dict) -> str:
 
 
 def task_folder(root: Path | None = None) -> Path:
-    """The folder holding the jetgym offline tasks, written on first use (atomically: a finished folder or none)."""
+    """The folder holding the jetgym offline tasks, written on first use (atomically: a finished folder or none).
+    Its `complete` marker records every file's size and SHA-256; a folder whose files no longer match (a task file
+    cut or edited) is written again."""
     data = mmlu_path()
     stat = data.stat()
     key = hashlib.sha256(f"{data}|{stat.st_size}|{stat.st_mtime_ns}|{Path(__file__).read_bytes()!r}".encode())
     target = (root or cache_root()) / key.hexdigest()[:16]
-    if (target / "complete").exists():
+    if unpacked_intact(target, target / "complete"):
         return target
+    if target.exists():  # damaged: moved aside whole, then written again
+        aside = Path(tempfile.mkdtemp(dir=target.parent, prefix=".damaged-"))
+        os.replace(target, aside / target.name)
+        shutil.rmtree(aside, ignore_errors=True)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tasks-"))
     try:
@@ -114,10 +121,10 @@ def task_folder(root: Path | None = None) -> Path:
                 (staging / f"{name}{variant}.yaml").write_text(
                     task_yaml(name + variant, target / f"{name}.jsonl", prompt)
                 )
-        (staging / "complete").write_text("")
+        record_unpacked(sorted(staging.iterdir()), staging / "complete")
         staging.rename(target)
     except OSError:
-        if not (target / "complete").exists():
+        if not unpacked_intact(target, target / "complete"):
             raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)

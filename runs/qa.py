@@ -464,6 +464,8 @@ def summarize(
     other fields to record (defaults: the scorer's model and placement, a dataset named `questions`)."""
     about = dict(about or {})
     graded = [r for r in responses if r.get("correct") is not None]
+    ties = sum(is_tie(r) for r in graded)
+    decided = [r for r in graded if not is_tie(r)]  # a tie is not a win of its first candidate
     nlls = [r["gold_nll"] for r in responses if r.get("gold_nll") is not None]
     per_rank = {}
     for rank, records in runs.items():
@@ -488,9 +490,11 @@ def summarize(
     about.setdefault("placement", placement if isinstance(placement, dict) else {"device": "n/a", "dtype": "n/a"})
     dataset = {"name": "questions", "subset": "all", **about.pop("dataset", {})}
     return {
-        "accuracy": sum(r["correct"] for r in graded) / len(graded) if graded else None,
-        "correct": sum(r["correct"] for r in graded),
+        "accuracy": sum(r["correct"] for r in decided) / len(graded) if graded else None,
+        "correct": sum(r["correct"] for r in decided),
         "graded": len(graded),
+        "ties": ties,
+        "warning": tie_warning(ties, len(graded)),
         **gold_nll_stats(nlls),
         "gold_nll_clip": GOLD_NLL_CLIP,
         "requests": len(responses),
@@ -509,6 +513,23 @@ def summarize(
     }
 
 
+def is_tie(row: dict) -> bool:
+    """Whether every candidate of a scored row got the same probability (the choice is then the first by order,
+    not the model's): such a decision earns no credit in `accuracy` and is counted in `ties`."""
+    probs = row.get("probs") or []
+    return len(probs) > 1 and max(probs) == min(probs)
+
+
+def tie_warning(ties: int, graded: int) -> str | None:
+    """The summary's warning when most graded decisions tie (a uniform, broken or damaged model)."""
+    if not graded or 2 * ties <= graded:
+        return None
+    return (
+        f"{ties} of {graded} decisions tie (every candidate equally likely), so the model tells the answers apart "
+        f"in few questions: check the model and adapter (a damaged or untrained model scores every candidate alike)"
+    )
+
+
 def render_report(summary: dict) -> str:
     """A short markdown report of the summary."""
     dataset = summary["dataset"]
@@ -517,12 +538,15 @@ def render_report(summary: dict) -> str:
     rate = "n/a" if summary["requests_per_second"] is None else f"{summary['requests_per_second']:.2f}"
     options = ", ".join(f"{key}={json.dumps(value)}" for key, value in sorted(summary["scorer"].items()))
     skipped = f" ({summary['skipped']} skipped)" if summary.get("skipped") else ""
+    warning = f"**Warning:** {summary['warning']}.\n\n" if summary.get("warning") else ""
+    ties = f", {summary['ties']} tied" if summary.get("ties") else ""
     return (
         f"# QA: {dataset['name']} ({dataset['subset']})\n\n"
-        f"| model | placement | accuracy | gold NLL mean / median / clipped mean | requests | wall s | requests/s |\n"
+        + warning
+        + f"| model | placement | accuracy | gold NLL mean / median / clipped mean | requests | wall s | requests/s |\n"
         f"|---|---|---|---|---|---|---|\n"
         f"| {summary['model']} | {summary['placement']['device']}/{summary['placement']['dtype']} | {accuracy} "
-        f"({summary['correct']}/{summary['graded']}) | {number('mean_gold_nll')} / {number('median_gold_nll')} / "
+        f"({summary['correct']}/{summary['graded']}{ties}) | {number('mean_gold_nll')} / {number('median_gold_nll')} / "
         f"{number('clipped_mean_gold_nll')} | {summary['requests']}{skipped} | {summary['wall_seconds']} | {rate} |\n\n"
         f"Scorer: {options}\n\n"
         f"Requests/s counts the {summary['requests_timed']} requests scored over {summary['runs']} run(s) of this "

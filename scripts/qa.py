@@ -8,6 +8,7 @@ docs/reliability.md.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -78,7 +79,13 @@ def qa_job(cfg: Any, output_dir: str | os.PathLike | None = None, started: float
         if summary["skipped"]
         else ""
     )
-    print(f"accuracy {accuracy} ({summary['correct']}/{summary['graded']}){skipped}; results in {Path(out).resolve()}")
+    ties = f", {summary['ties']} tied" if summary.get("ties") else ""
+    print(
+        f"accuracy {accuracy} ({summary['correct']}/{summary['graded']}{ties}){skipped}; "
+        f"results in {Path(out).resolve()}"
+    )
+    if summary.get("warning"):
+        print(f"warning: {summary['warning']}", file=sys.stderr)
     return summary
 
 

@@ -19,13 +19,12 @@ from omegaconf import DictConfig
 from jetgym.runs.folder import refuse_other_jobs
 from jetgym.scripts.build import build_agent, make_env
 from jetgym.scripts.cli import save_hydra_config, start, user_errors
-from jetgym.scripts.config import CONFIG_PATH, RELABELERS, TrainConfig, build_scorer, to_config
+from jetgym.scripts.config import CONFIG_PATH, RELABELERS, TrainConfig, build_scorer, to_config, train_options
 
 
 def options_of(config: TrainConfig, cls) -> Any:
     """The `train.*` settings that `cls` takes (null: its default)."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in dataclasses.asdict(config.train).items() if k in names and v is not None})
+    return train_options(config.train, cls)
 
 
 def train(cfg: Any, output_dir: str | None = None, progress: bool = True, on_start=None) -> dict:
@@ -45,7 +44,7 @@ def train(cfg: Any, output_dir: str | None = None, progress: bool = True, on_sta
         "seed": config.seed,
         "model": dataclasses.asdict(config.model),
         "scorer": dataclasses.asdict(config.scorer),
-        "train": dataclasses.asdict(config.train),
+        "train": config.train_record(),
         "placement": dataclasses.asdict(config.placement),
     }
     lora = options_of(config, LoraOptions)
@@ -82,7 +81,7 @@ def _train(config: TrainConfig, record: dict, lora, out: str, shards, progress: 
         else:
             questions = _demonstrations(config, single, policy)
             record["env"], record["agent"] = dataclasses.asdict(config.env), dataclasses.asdict(config.agent)
-        train_set, held_out = split_held_out(questions, config.train.held_out)
+        train_set, held_out = split_held_out(questions, config.held_out)
         if config.train.unique:
             train_set, held_out, record["unique"] = distinct_split(train_set, held_out)
         return run_sft(
@@ -116,7 +115,7 @@ def _train(config: TrainConfig, record: dict, lora, out: str, shards, progress: 
             agent,
             options,
             out,
-            config.train.env_steps,
+            config.env_steps,
             temperature=config.agent.temperature,
             seed=config.seed,
             checkpoint_every=config.train.checkpoint_every,
@@ -133,7 +132,7 @@ def _train(config: TrainConfig, record: dict, lora, out: str, shards, progress: 
         agent,
         options,
         out,
-        config.train.env_steps,
+        config.env_steps,
         seed=config.seed,
         checkpoint_every=config.train.checkpoint_every,
         autocast=config.train.autocast,

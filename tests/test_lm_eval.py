@@ -187,6 +187,7 @@ def test_generate_until_matches_the_hf_backend(backends):
         ({"placement": "gpu"}, "placement 'gpu' is unknown"),
         ({"device": "mps"}, "device 'mps' is not supported"),
         ({"scorer": "fastjev"}, "scorer='fastjev' cannot serve lm-eval; backends that can: jet"),
+        ({"max_length": 0}, "max_length=0 in model_args: the window must be >= 1 token; leave max_length out"),
     ],
 )
 def test_bad_model_args_are_refused_by_name(args, message):
@@ -283,6 +284,9 @@ def test_offline_mmlu_tasks_hold_jetgyms_285_questions(tmp_path):
     ]
     config = json.loads((folder / "jetgym_mmlu285.yaml").read_text())
     assert config["dataset_kwargs"]["data_files"]["test"] == str(folder / "jetgym_mmlu285.jsonl")
+    task_file = folder / "jetgym_mmlu285.jsonl"  # issue 48, item 2: a cut task file was trusted
+    task_file.write_text("".join(task_file.read_text().splitlines(keepends=True)[:100]))
+    assert task_folder(tmp_path) == folder and len(task_file.read_text().splitlines()) == 285
 
 
 @pytest.mark.slow

@@ -59,7 +59,7 @@ def test_expert_offloading_refuses_a_dense_model():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown when no GPU exists")
 def test_cuda_placement_without_a_gpu_is_refused():
-    with pytest.raises(RuntimeError, match="placement 'cuda' needs a CUDA GPU and torch sees none; use placement=cpu"):
+    with pytest.raises(ValueError, match="placement 'cuda' needs a CUDA GPU and torch sees none; use placement=cpu"):
         load_model("smollm2-135m-instruct", "cuda")
 
 

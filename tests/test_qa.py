@@ -479,3 +479,27 @@ def test_another_chunk_size_is_refused_on_resume(tmp_path, fake_scorer):
     qa.qa_job(qa_config(tmp_path, "dataset.limit=5", "chunk_size=4"))
     with pytest.raises(ValueError, match=r"other settings \(chunk_size\)"):
         qa.qa_job(qa_config(tmp_path, "dataset.limit=5", "chunk_size=2"))
+
+
+def test_tied_decisions_earn_no_credit_and_a_mostly_tied_run_says_so(tmp_path, fake_scorer, monkeypatch, capsys):
+    """Issue 48, item 3: a uniform (damaged) model tied every candidate, ties went to the first candidate and the
+    run reported accuracy 1.0000 (3/3)."""
+    from jetgym.scorers.types import Question
+
+    questions = [Question(context=f"Q{k}?", candidates=["yes", "no"], gold=0, id=f"q{k}") for k in range(3)]
+
+    def uniform(self, prepared):
+        return [make_decision(q, q.candidates, [-10.8027] * len(q.candidates), Usage()) for q in prepared]
+
+    monkeypatch.setattr(fake_scorer, "score", uniform)
+    summary = runner.run_qa(questions, fake_scorer(), tmp_path / "out", quiet=True)
+    assert (summary["accuracy"], summary["correct"], summary["graded"], summary["ties"]) == (0.0, 0, 3, 3)
+    assert summary["warning"] == (
+        "3 of 3 decisions tie (every candidate equally likely), so the model tells the answers apart in few "
+        "questions: check the model and adapter (a damaged or untrained model scores every candidate alike)"
+    )
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert f"**Warning:** {summary['warning']}." in report and "(0/3, 3 tied)" in report
+    rows = [{"correct": True, "probs": [0.7, 0.3]}, {"correct": True, "probs": [0.5, 0.5]}]
+    assert runner.summarize(rows, {}, {})["accuracy"] == 0.5  # one tie of two: no warning
+    assert runner.summarize(rows, {}, {})["warning"] is None

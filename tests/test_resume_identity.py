@@ -114,11 +114,62 @@ def test_an_incomplete_row_before_the_end_is_an_error(tmp_path, fake_scorer):
     (out / "responses.jsonl").write_text("\n".join(lines) + "\n")
     with pytest.raises(
         ValueError,
-        match=r"responses.jsonl:2: the response to 'q1' is incomplete \(it lacks labels, "
+        match=r"responses.jsonl:2: the response to 'q1' is incomplete \(it lacks correct, gold, gold_nll, labels, "
         r"logprobs, probs, usage\); delete that line to score the question again, or "
         r"use a fresh output_dir",
     ):
         run(questions, out)
+
+
+def test_a_damaged_key_in_a_middle_row_is_an_error_naming_the_line(tmp_path, fake_scorer):
+    """Issue 48, item 1: one byte turning "correct" into "corr}ct" (still valid JSON) was trusted."""
+    questions = load_jsonl(write_set(tmp_path / "set.jsonl", rows()))
+    out = tmp_path / "out"
+    run(questions, out)
+    path = out / "responses.jsonl"
+    data = path.read_bytes().splitlines(keepends=True)
+    data[2] = data[2].replace(b'"correct"', b'"corr}ct"', 1)
+    path.write_bytes(b"".join(data))
+    with pytest.raises(ValueError) as caught:
+        run(questions, out)
+    assert str(caught.value) == (
+        f"{path}:3: the response to 'q2' is incomplete (it lacks correct); delete that line to score the "
+        f"question again, or use a fresh output_dir"
+    )
+
+
+@pytest.mark.parametrize(
+    "field, value, problem",
+    [
+        ("correct", "flip", "its correct {value!r} does not follow from choice 'B' and gold 'A'"),
+        ("gold", "B", "its gold 'B' is not the question's 'A'"),
+        ("gold_nll", 0.5, "its gold_nll 0.5 is not the {expected} its scores give"),
+        ("choice", "E", "its choice 'E' is none of its labels"),
+        ("labels", ["A", "B", "D"], "its labels ['A', 'B', 'D'] are not the question's ['A', 'B', 'C']"),
+    ],
+)
+def test_a_hand_edited_row_that_disagrees_with_its_question_is_an_error(tmp_path, fake_scorer, field, value, problem):
+    """Hand-edited correct/gold/gold_nll values were trusted although the fingerprint holds the real answer."""
+    questions = load_jsonl(write_set(tmp_path / "set.jsonl", rows()))
+    out = tmp_path / "out"
+    run(questions, out)
+    path = out / "responses.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    row = lines[2]
+    assert row["choice"] == "B" and row["gold"] == "A"
+    expected = f"{row['gold_nll']:.6g}"
+    row[field] = (not row["correct"]) if value == "flip" else value
+    path.write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
+    with pytest.raises(ValueError) as caught:
+        run(questions, out)
+    shown = problem.format(value=row[field], expected=expected)
+    assert str(caught.value) == (
+        f"{path}:3: the response to 'q2' does not agree with its question ({shown}): the line was damaged or "
+        f"edited; delete that line to score the question again, or use a fresh output_dir"
+    )
+    del lines[2]  # the fix the message gives: the question is scored again
+    path.write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
+    assert run(questions, out)["requests"] == 6
 
 
 def test_rows_without_a_fingerprint_are_refused(tmp_path, fake_scorer):

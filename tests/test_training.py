@@ -226,6 +226,91 @@ def test_resume_after_kill_continues_from_the_checkpoint(tmp_path):
     assert not (out / "checkpoint.json").exists()
 
 
+def checkpointed_folder(out):
+    """A training folder holding two log rows and a checkpoint at update 2 (as a killed run leaves it)."""
+    from jetgym.runs.folder import append_jsonl
+    from jetgym.training.run import TrainingFolder
+
+    policy, _, _ = bandit_setup()
+    folder = TrainingFolder(out, {"algorithm": "ppo", "train": {"env_steps": 40}})
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=0.01)
+    policy.parameters()[0].sum().backward()
+    optimizer.step()
+    append_jsonl(folder.log, [{"update": 1, "env_steps": 8}, {"update": 2, "env_steps": 16}])
+    folder.save_checkpoint(policy, optimizer, {"update": 2, "env_steps": 16, "generator": [0]})
+    return folder
+
+
+def damage(out, case):
+    """Damage the checkpoint in `out` as a user or a failing disk would."""
+    pointer = out / "checkpoint.json"
+    files = out / json.loads(pointer.read_text())["folder"]
+    if case == "edited pointer":
+        pointer.write_text(json.dumps({**json.loads(pointer.read_text()), "env_steps": 999999, "update": 7}))
+    elif case == "flipped bytes":
+        data = bytearray((files / "policy.safetensors").read_bytes())
+        data[-10] ^= 0xFF
+        (files / "policy.safetensors").write_bytes(bytes(data))
+    elif case in ("truncated optimizer", "truncated policy"):
+        name = "optimizer.pt" if case == "truncated optimizer" else "policy.safetensors"
+        (files / name).write_bytes((files / name).read_bytes()[:50])
+    elif case == "deleted log":
+        (out / "train.jsonl").unlink()
+    else:
+        (out / "train.jsonl").write_text((out / "train.jsonl").read_text().splitlines()[0] + "\n")
+    return files
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        (
+            "edited pointer",
+            "{out}/checkpoint.json was edited or damaged (its contents differ from what jetgym wrote): "
+            "the checkpoint cannot be trusted; ",
+        ),
+        (
+            "flipped bytes",
+            "{files}/policy.safetensors is damaged (N bytes; its contents differ from what jetgym "
+            "wrote); the checkpoint cannot be resumed; ",
+        ),
+        (
+            "truncated optimizer",
+            "{files}/optimizer.pt is damaged (50 bytes; its contents differ from what jetgym "
+            "wrote); the checkpoint cannot be resumed; ",
+        ),
+        (
+            "truncated policy",
+            "{files}/policy.safetensors is damaged (50 bytes; its contents differ from what jetgym "
+            "wrote); the checkpoint cannot be resumed; ",
+        ),
+        (
+            "deleted log",
+            "{out}/train.jsonl is missing beside checkpoint.json: the learning curve's first 2 rows are lost; ",
+        ),
+        (
+            "cut log",
+            "{out}/train.jsonl holds 1 rows up to update 2, but 2 when checkpoint.json was written: the "
+            "learning curve lost rows; ",
+        ),
+    ],
+)
+def test_a_damaged_or_edited_checkpoint_is_refused_naming_the_file_and_the_fix(tmp_path, case, message):
+    """Issue 48, item 4: an edited checkpoint.json "finished" in 0 s; flipped tensor bytes and a deleted
+    train.jsonl resumed silently; truncated files gave raw tracebacks."""
+    from jetgym.training.run import TrainingFolder
+
+    out = tmp_path / "out"
+    folder = checkpointed_folder(out)
+    assert TrainingFolder(out, folder.config).check()["update"] == 2  # intact: resumes
+    files = damage(out, case)
+    size = (files / "policy.safetensors").stat().st_size
+    with pytest.raises((ValueError, FileNotFoundError)) as caught:  # both one line in jetgym-train
+        TrainingFolder(out, folder.config).check()
+    fix = "restore it, or choose a new output_dir (the run cannot resume from this folder)"
+    assert str(caught.value) == message.format(out=out, files=files).replace("N bytes", f"{size:,} bytes") + fix
+
+
 def tiny_model_folder(folder) -> str:
     """A tiny random llama with the embedded model's tokenizer, saved as a model folder (loads by path)."""
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
@@ -304,7 +389,11 @@ def test_bad_adapters_are_refused(tiny_folder, tmp_path):
     trained_adapter(tiny_folder, tmp_path / "good")
     weights = tmp_path / "good" / "adapter_model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
-    with pytest.raises(AdapterError, match="cannot load the adapter in .*good .*truncated: train again"):
+    with pytest.raises(
+        AdapterError,
+        match=r"good/adapter_model.safetensors is damaged \(100 bytes; its contents differ from what jetgym "
+        r"wrote\); train again or restore the adapter folder",
+    ):
         make_scorer("jet", model=tiny_folder, adapter=str(tmp_path / "good"))
     with pytest.raises(AdapterError, match="adapter folder '.*adapter_model.safetensors' is a file, not a folder"):
         make_scorer("jet", model=tiny_folder, adapter=str(weights))
@@ -326,6 +415,43 @@ def test_bad_adapters_are_refused(tiny_folder, tmp_path):
         make_scorer("jet", model=tiny_folder, adapter=str(tmp_path / "other"))
     with pytest.raises(ValueError, match="adapter must be the path of an adapter folder, got ''"):
         make_scorer("jet", model=tiny_folder, adapter="")
+
+
+def test_damaged_or_non_finite_adapter_tensors_are_refused_by_name(tiny_folder, tmp_path):
+    """Issue 48, item 3: 64 bytes of tensor data set to 0x7f loaded and scored as a uniform model."""
+    from safetensors.torch import load_file, save_file
+
+    from jetgym.scorers.adapters import AdapterError, file_digests
+
+    folder = tmp_path / "adapter"
+    trained_adapter(tiny_folder, folder)
+    weights = folder / "adapter_model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-200:-136] = b"\x7f" * 64  # inside the tensor data: the header still parses
+    weights.write_bytes(bytes(data))
+    with pytest.raises(AdapterError) as caught:
+        make_scorer("jet", model=tiny_folder, adapter=str(folder))
+    assert str(caught.value) == (
+        f"{weights} is damaged ({len(data):,} bytes; its contents differ from what jetgym wrote); "
+        f"train again or restore the adapter folder"
+    )
+    trained_adapter(tiny_folder, folder)  # intact again, then a NaN written with a matching digest
+    tensors = load_file(str(weights))
+    name = sorted(tensors)[0]
+    tensors[name][0, 0] = float("nan")
+    save_file(tensors, str(weights))
+    meta = folder / "jetgym_adapter.json"
+    recorded = json.loads(meta.read_text())
+    meta.write_text(json.dumps({**recorded, "tensors": file_digests(folder, sorted(recorded["tensors"]))}))
+    with pytest.raises(
+        AdapterError,
+        match=rf"adapter {folder}: weight \S+ holds non-finite values \([\d,]+ of [\d,]+\); train again or restore "
+        r"the adapter folder",
+    ):
+        make_scorer("jet", model=tiny_folder, adapter=str(folder))
+    trained_adapter(tiny_folder, folder)  # an adapter of an older version (no digests) still loads
+    meta.write_text(json.dumps({k: v for k, v in json.loads(meta.read_text()).items() if k != "tensors"}))
+    make_scorer("jet", model=tiny_folder, adapter=str(folder))
 
 
 def test_an_fp32_trained_adapter_loads_in_bf16(tiny_folder, tmp_path):
@@ -507,6 +633,30 @@ def test_behaviour_cloning_refuses_a_record_it_cannot_replay(tiny_folder, tmp_pa
     refused(rows[:1] + rows[2:], "episode 0 skips from step 0 to 2: the file is incomplete")
     with pytest.raises(FileNotFoundError, match="train.demonstrations='/nowhere.jsonl' is not a file"):
         cloning_questions("/nowhere.jsonl", env, agent)
+
+
+def test_behaviour_cloning_leaves_out_an_episode_a_stopped_run_cut_off(tiny_folder, tmp_path):
+    """Issue 48, item 9: bc trained on the cut-off last episode of a killed episode run without a word."""
+    from jetgym.training.cloning import cloning_questions
+
+    rows = recorded_steps(tiny_folder, tmp_path / "play")
+    last = rows[-1]["episode"]
+    cut = [r for r in rows if r["episode"] != last] + [r for r in rows if r["episode"] == last][:1]
+    assert not (cut[-1]["terminated"] or cut[-1]["truncated"])
+    path = tmp_path / "killed.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in cut))
+    env = CandidateActions(gym.make("FrozenLake-v1", is_slippery=False), texts=["a", "b", "c", "d"])
+    agent = make_agent("scorer", scorer=tiny_scorer(), task="Reach G.", describer=lambda o: f"on cell {o}")
+    with pytest.warns(UserWarning) as caught:
+        questions = cloning_questions(path, env, agent)
+    assert str(caught[0].message) == (
+        f"{path}: episode {last} (stops at step 0) never ended (the recording run was stopped mid-episode): left "
+        f"out of the cloned episodes"
+    )
+    assert {q.id.split("/")[1] for q in questions} == {f"episode-{n}" for n in range(last)}
+    path.write_text(json.dumps(cut[-1]) + "\n")
+    with pytest.raises(ValueError, match=r"killed.jsonl holds no finished episode \(episode \d+ \(stops at step 0\)\)"):
+        cloning_questions(path, env, agent)
 
 
 def test_behaviour_cloning_keeps_the_episodes_above_min_return(tiny_folder, tmp_path):
@@ -1023,3 +1173,83 @@ def test_making_a_policy_shows_no_deprecation_warning_of_peft():
         warnings.simplefilter("always")
         Policy(tiny_scorer(), LoraOptions(lora_rank=2), seed=0)
     assert not [w for w in caught if "is_gradient_checkpointing" in str(w.message)]
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["algorithm=sft", "train.env_steps=100"],
+            "train.env_steps=100 is the env-step budget of algorithm=ppo or rft; algorithm=sft trains on questions "
+            "for train.epochs: remove train.env_steps (or set train.epochs)",
+        ),
+        (
+            ["algorithm=rft", "train.held_out=0.3"],
+            "train.held_out=0.3 holds questions out of algorithm=sft or bc; algorithm=rft is evaluated by playing "
+            "(jetgym eval): remove train.held_out",
+        ),
+        (
+            ["train.finetune=full", "train.lora_rank=4", "train.lora_layers=2"],
+            "train.lora_rank, train.lora_layers set with train.finetune=full, which trains every weight and no LoRA "
+            "adapter: remove them, or leave train.finetune=lora",
+        ),
+        (
+            ["algorithm=sft", "train.held_out=0.99"],
+            "train.held_out must be a fraction in [0, 0.5], got 0.99: every k-th episode (k = round(1 / held_out) "
+            ">= 2) is held out, so at most half; set train.held_out=0.5 or less",
+        ),
+    ],
+)
+def test_train_options_that_would_be_ignored_are_refused_naming_them(overrides, message):
+    """Issue 48, item 5: each of these was accepted and ignored (or did something else than it said)."""
+    from jetgym.scripts.config import compose, to_config
+
+    with pytest.raises(ValueError) as caught:
+        to_config(compose("train", overrides))
+    assert str(caught.value) == message
+    ppo, sft = to_config(compose("train", [])), to_config(compose("train", ["algorithm=sft"]))
+    assert (ppo.env_steps, sft.held_out) == (2048, 0.5)  # the defaults still apply where they count
+
+
+def test_settings_that_failed_late_are_refused_before_training(tmp_path):
+    """Issue 48, item 7: learning_rate=inf failed at a row `policy_loss = nan`, seed=-2 in a gymnasium traceback,
+    NaN rewards gave `mean_return = nan`, and a changed setting was named only by its group (`changed: train`)."""
+    from jetgym.scripts.config import compose, to_config
+    from jetgym.training.run import TrainingFolder
+
+    with pytest.raises(ValueError) as caught:
+        to_config(compose("train", ["algorithm=rft", "train.learning_rate=inf"]))
+    assert str(caught.value) == "train.learning_rate must be a finite number, got inf"
+    with pytest.raises(ValueError) as caught:
+        to_config(compose("train", ["algorithm=rft", "seed=-2"]))
+    assert str(caught.value) == "seed must be >= 0 (envs take non-negative seeds), got -2"
+
+    import broken_envs  # noqa: F401  (registers the broken envs)
+
+    policy, _, agent = bandit_setup()
+    envs = [CandidateActions(gym.make("BrokenNanReward-v0"), texts=["go west", "go east"]) for _ in range(2)]
+    with pytest.raises(ValueError) as caught:
+        run_ppo(policy, envs, agent, PPOOptions(num_envs=2, rollout_steps=4, minibatch=4), tmp_path / "nan", 8)
+    assert str(caught.value) == (
+        "BrokenNanReward-v0's step() at episode 0, step 2 returned reward = nan: a reward must be a finite number; "
+        "fix the env's reward"
+    )
+
+    out = tmp_path / "resume"
+    checkpointed_folder(out)
+    with pytest.raises(ValueError) as caught:
+        TrainingFolder(out, {"algorithm": "ppo", "train": {"env_steps": 80}}).check()
+    assert "(changed: train.env_steps 40 -> 80); rerun with the same settings to resume" in str(caught.value)
+
+
+def test_tensor_files_get_the_mode_of_every_other_file(tiny_folder, tmp_path):
+    """Issue 48, item 9: safetensors wrote 0600 files beside 0644 ones."""
+    umask = os.umask(0)
+    os.umask(umask)
+    trained_adapter(tiny_folder, tmp_path / "adapter")
+    checkpointed_folder(tmp_path / "out")
+    files = [*(tmp_path / "adapter").iterdir(), *(tmp_path / "out").glob("checkpoint-*/*")]
+    assert {path.name for path in files} >= {"adapter_model.safetensors", "policy.safetensors", "optimizer.pt"}
+    assert {path.name: oct(path.stat().st_mode & 0o777) for path in files} == {
+        path.name: oct(0o666 & ~umask) for path in files
+    }

@@ -17,6 +17,7 @@ and clone again on those together with the expert's: the states where the clone 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from itertools import groupby
 from pathlib import Path
@@ -73,10 +74,26 @@ def _episodes(path: Path) -> list[tuple[int, list[dict]]]:
                 f"{path}:{line}: episode {row['episode']} has no seed, so it cannot be replayed; "
                 f"record the episodes with a seed"
             )
-    return [
+    episodes = [
         (episode, list(steps))
         for episode, steps in groupby(sorted(rows, key=lambda r: (r["episode"], r["step"])), key=lambda r: r["episode"])
     ]
+    return _ended(path, episodes)
+
+
+def _ended(path: Path, episodes: list[tuple[int, list[dict]]]) -> list[tuple[int, list[dict]]]:
+    """The episodes whose last step ended them; one cut off (a run stopped mid-episode) is left out, with a word."""
+    ended = [(n, steps) for n, steps in episodes if steps[-1]["terminated"] or steps[-1]["truncated"]]
+    cut = [f"episode {n} (stops at step {steps[-1]['step']})" for n, steps in episodes if (n, steps) not in ended]
+    if cut and not ended:
+        raise ValueError(f"{path} holds no finished episode ({', '.join(cut)}): record whole episodes")
+    if cut:
+        warnings.warn(
+            f"{path}: {', '.join(cut)} never ended (the recording run was stopped mid-episode): left out of "
+            f"the cloned episodes",
+            stacklevel=2,
+        )
+    return ended
 
 
 def _replay(path: Path, env, agent, group: str, steps: list[dict], expert=None) -> list[Question]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Literal
 
@@ -158,5 +159,7 @@ def _check_schedule(options) -> None:
 def _check(options, names: tuple[str, ...], valid: Callable[[float], bool], rule: str) -> None:
     """Refuse the first of `names` whose value is not `valid`, naming the `train.` option and the rule."""
     for name in names:
+        if not math.isfinite(getattr(options, name)):
+            raise ValueError(f"train.{name} must be a finite number, got {getattr(options, name)}")
         if not valid(getattr(options, name)):
             raise ValueError(f"train.{name} must be {rule}, got {getattr(options, name)}")

@@ -5,7 +5,9 @@ The folder (one writer at a time, a lock the kernel drops when its holder dies):
   success, losses, KL, entropy, decisions `scored` and `cached`, seconds);
 - `checkpoint/` + `checkpoint.json`: the trained tensors, the optimizer, the update count, the episode
   counter and the shuffling generator, written every `checkpoint_every` updates (a new folder, then the
-  pointer file renamed over the old one, so a kill leaves the last complete checkpoint);
+  pointer file renamed over the old one, so a kill leaves the last complete checkpoint). The pointer records
+  the SHA-256 of the checkpoint's tensor files and the number of log rows, and a digest of itself: a resumed
+  run refuses an edited pointer, a damaged or truncated tensor file and a log that lost rows, naming the file;
 - at the end `adapter/` (peft format, or full weights; `jetgym.scorers.adapters`), `summary.json`,
   `learning_curve.png`.
 A run started into a folder holding a checkpoint of the same configuration continues from it (rows written
@@ -77,17 +79,36 @@ class TrainingFolder:
             state = json.loads(pointer.read_text())
         except ValueError as error:
             raise ValueError(f"{pointer} is corrupt ({error}); choose a new output_dir") from None
-        if state.get("config") != self.config:
-            changed = sorted(
-                k
-                for k in set(self.config) | set(state.get("config", {}))
-                if self.config.get(k) != state.get("config", {}).get(k)
+        if not isinstance(state, dict) or state.get("digest") != _seal(state):
+            raise ValueError(
+                f"{pointer} was edited or damaged (its contents differ from what jetgym wrote): the checkpoint "
+                f"cannot be trusted; {RESTORE}"
             )
+        if state.get("config") != self.config:
             raise ValueError(
                 f"{self.out} holds a checkpoint of another training configuration (changed: "
-                f"{', '.join(changed)}); rerun with the same settings to resume, or choose a new output_dir"
+                f"{', '.join(changed_settings(state.get('config', {}), self.config))}); rerun with the same settings "
+                f"to resume, or choose a new output_dir"
             )
+        self._check_files(state)
         return state
+
+    def _check_files(self, state: dict) -> None:
+        """Refuse a checkpoint whose tensor files changed or whose log lost rows it had when it was written."""
+        from jetgym.scorers.adapters import check_digests
+
+        check_digests(self.out / state["folder"], state["tensors"], f"the checkpoint cannot be resumed; {RESTORE}")
+        if not self.log.exists():
+            raise FileNotFoundError(
+                f"{self.log} is missing beside {POINTER}: the learning curve's first {state['log_rows']} rows "
+                f"are lost; {RESTORE}"
+            )
+        kept = sum(row.get("update", 0) <= state["update"] for row in read_jsonl(self.log))
+        if kept < state["log_rows"]:
+            raise ValueError(
+                f"{self.log} holds {kept} rows up to update {state['update']}, but {state['log_rows']} when "
+                f"{POINTER} was written: the learning curve lost rows; {RESTORE}"
+            )
 
     def rows(self, update: int, rewrite: bool = True) -> list[dict]:
         """The log rows up to update `update`; `rewrite`: the file rewritten without any later rows."""
@@ -112,7 +133,17 @@ class TrainingFolder:
         previous = None
         if (self.out / POINTER).exists():
             previous = json.loads((self.out / POINTER).read_text()).get("folder")
-        write_json(self.out / POINTER, {"config": self.config, "folder": name, **progress})
+        from jetgym.scorers.adapters import file_digests, plain_mode
+
+        plain_mode([folder / "policy.safetensors", folder / "optimizer.pt"])
+        state = {
+            "config": self.config,
+            "folder": name,
+            **as_json_data(progress),
+            "tensors": file_digests(folder, ["policy.safetensors", "optimizer.pt"]),
+            "log_rows": len(read_jsonl(self.log)),
+        }
+        write_json(self.out / POINTER, {**state, "digest": _seal(state)})
         if previous and previous != name:
             shutil.rmtree(self.out / previous, ignore_errors=True)
 
@@ -150,6 +181,28 @@ class TrainingFolder:
             shutil.rmtree(self.out / json.loads(pointer.read_text())["folder"], ignore_errors=True)
             pointer.unlink()
         return summary
+
+
+def changed_settings(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """The dotted keys whose values differ between two settings trees, each with its old and new value."""
+    changed = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            changed += changed_settings(a, b, f"{prefix}{key}.")
+        elif a != b:
+            changed.append(f"{prefix}{key} {json.dumps(a)} -> {json.dumps(b)}")
+    return changed
+
+
+RESTORE = "restore it, or choose a new output_dir (the run cannot resume from this folder)"
+
+
+def _seal(state: dict) -> str:
+    """The digest of a checkpoint pointer's contents (all but the digest itself)."""
+    import hashlib
+
+    return hashlib.sha256(dumps({k: v for k, v in state.items() if k != "digest"}).encode()).hexdigest()
 
 
 def plot_curve(rows: list[dict], x: str, ys: Sequence[str], path: Path) -> str | None:
