@@ -21,6 +21,7 @@ from jetgym.envs.candidates import CandidateActions
 from jetgym.scorers import Question, make_scorer
 from jetgym.training import rft
 from jetgym.training.data_parallel import Shards
+from jetgym.training.evaluation import question_digest
 from jetgym.training.options import LoraOptions, PPOOptions, RFTOptions, SFTOptions
 from jetgym.training.policy import Policy
 from jetgym.training.run import run_ppo, run_rft
@@ -297,6 +298,9 @@ def test_rft_learns_the_rewarded_action(tmp_path):
     assert [r["round"] for r in rows] == list(range(1, 7)) and summary["rounds"] == 6 and summary["env_steps"] == 46
     assert all(r["kept_episodes"] >= 1 for r in rows[:1]) and rows[-1]["pool"] == 1  # one question, one action
     assert rows[-1]["success_rate"] > rows[0]["success_rate"]
+    question = agent.question(0, envs[0].reset(seed=0)[1]["candidates"])
+    assert json.loads((tmp_path / "questions.json").read_text()) == [question_digest(question.context)]
+    assert summary["questions_played"] == 1  # the bandit asks one question
     fits = [(r["fresh_decisions"], r["clone_steps"], r["clone_agreement"]) for r in rows]
     assert fits[0][0] == 1 and fits[0][1] >= 1 and fits[1:] == [(0, 0, 1.0)] * 5  # fitted once, then only checked
     assert (tmp_path / "learning_curve.png").exists() and (tmp_path / "adapter" / "jetgym_adapter.json").exists()

@@ -41,6 +41,7 @@ from jetgym.runs.folder import (
 )
 
 from .data_parallel import Shards
+from .evaluation import QUESTIONS, question_digest
 from .options import PPOOptions, RFTOptions, SFTOptions, learning_rate_at
 from .ppo import Rollout, Rollouts, update
 from .sft import check_labelled, evaluate_questions, fit_step, sft_step
@@ -406,6 +407,7 @@ def run_rft(
         pool = rft.Pool(options.replay, state.get("pool", ()))
         transitions = Transitions(state.get("transitions", ()))
         fitted = {bytes.fromhex(key): gold for key, gold in state.get("fitted", ())}
+        asked = set(state.get("questions", ()))  # digests of every question text played
         seen = dict(state.get("seen", {"episodes": 0, "kept": 0, "best_return": None, "success_signal": False}))
         bar = tqdm(
             total=env_steps,
@@ -437,6 +439,7 @@ def run_rft(
             played.sort(key=lambda e: (e.seed, e.member))
             counts = memo_counts(policy)
             collected = time.monotonic()
+            asked.update(question_digest(d.context) for e in played for d in e.decisions)
             kept = rft.kept_episodes(played, options.keep)
             stepped = rft.step_groups(played, options.gamma) if options.advantage == "step-group" else []
             new = pool.add([d for e in kept for d in rft.loop_erased(e, options.gamma)] + stepped)
@@ -498,6 +501,7 @@ def run_rft(
                             "pool": pool.rows(),
                             "transitions": transitions.rows(),
                             "fitted": [[key.hex(), gold] for key, gold in fitted.items()],
+                            "questions": sorted(asked),
                             "generator": generator.get_state().tolist(),
                         },
                     )
@@ -528,9 +532,11 @@ def run_rft(
             "best_return": seen["best_return"],
             "last_mean_return": last.get("mean_return"),
             "last_success_rate": last.get("success_rate"),
+            "questions_played": len(asked),
         }
         if not shards.writer:
             return summary
+        write_json(folder.out / QUESTIONS, sorted(asked), indent=None, what="the questions played")
         return folder.finish(policy, summary, rows, "env_steps", ["success_rate", "mean_return"])
 
 
