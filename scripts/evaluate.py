@@ -21,6 +21,7 @@ from typing import List
 
 import hydra
 from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 
 from jetgym.runs.folder import read_jsonl, write_json, write_text
@@ -242,7 +243,9 @@ def hydra_main(cfg) -> None:
     from jetgym.scripts.config import to_config
 
     with user_errors("jetgym-eval"):
-        run_eval(to_config(cfg), output_dir=HydraConfig.get().runtime.output_dir)
+        config, output_dir = to_config(cfg), HydraConfig.get().runtime.output_dir
+        GlobalHydra.instance().clear()  # the job composes each run's episode config (`compose`): Hydra must be free
+        run_eval(config, output_dir=output_dir)
 
 
 def main() -> None:
