@@ -6,7 +6,7 @@ returns one for an observation space:
 - a registered name (`DESCRIBERS`) builds that describer for the space (a clear error when it does not fit);
 - `auto` (default) takes, in order: the env's own `describe(observation)` method (on the env or any wrapper),
   then the first registered describer that fits the space and the env, env-specific ones first:
-  `doom`, `frozenlake`, `taxi`, `minigrid` (`jetgym.agents.describers_minigrid`), then the generic `image`,
+  `doom`, `frozenlake`, `taxi`, `cliffwalking`, `minigrid` (`jetgym.agents.describers_minigrid`), then the generic `image`,
   `discrete`, `box`, `multi_discrete`, `multi_binary`, `text`, `tuple`, `dict`.
 
 Generic describers print numbers with `digits` significant digits (`-0.47` stays `-0.47`, integers stay
@@ -333,12 +333,13 @@ def frozenlake(space, env=None, perception: str = "describe", digits: int = 4) -
 TAXI_STOPS = (("R", 0, 0), ("G", 0, 4), ("Y", 4, 0), ("B", 4, 3))
 
 
-def _offset(dr: int, dc: int) -> str:
+def _offset(dr: int, dc: int, words: tuple[str, str, str, str] = ("north", "south", "west", "east")) -> str:
+    """`2 rows south and 1 column east` (`words`: the names of row -, row +, column -, column +)."""
     parts = []
     if dr:
-        parts.append(f"{abs(dr)} {'row' if abs(dr) == 1 else 'rows'} {'south' if dr > 0 else 'north'}")
+        parts.append(f"{abs(dr)} {'row' if abs(dr) == 1 else 'rows'} {words[dr > 0]}")
     if dc:
-        parts.append(f"{abs(dc)} {'column' if abs(dc) == 1 else 'columns'} {'east' if dc > 0 else 'west'}")
+        parts.append(f"{abs(dc)} {'column' if abs(dc) == 1 else 'columns'} {words[2 + (dc > 0)]}")
     return " and ".join(parts) if parts else "right here"
 
 
@@ -364,6 +365,38 @@ def taxi(space, env=None, perception: str = "describe", digits: int = 4) -> Desc
             f"The destination is {name} (row {drow}, column {dcol}): {_offset(drow - row, dcol - col)} of the taxi."
         )
         return "\n".join(lines)
+
+    return text
+
+
+SCREEN_WORDS = ("up", "down", "left", "right")  # row -, row +, column -, column +
+STEPS = (("up", (-1, 0)), ("right", (0, 1)), ("down", (1, 0)), ("left", (0, -1)))  # CliffWalking's action order
+
+
+@register_describer("cliffwalking", _is_family("CliffWalking"))
+def cliffwalking(space, env=None, perception: str = "describe", digits: int = 4) -> Describe:
+    """Where the player stands, where the goal (the bottom right corner) is from there, and what lies one step
+    up, right, down and left (open ground, the cliff, the goal, or the edge); the layout is read from the env
+    (`shape`, `_cliff`), Gymnasium's 4x12 one without an env."""
+    nrow, ncol = env_attr(env, "shape", (4, 12))
+    cliff = env_attr(env, "_cliff")
+    if cliff is None:
+        cliff = np.zeros((nrow, ncol), dtype=bool)
+        cliff[nrow - 1, 1:-1] = True
+    goal = (nrow - 1, ncol - 1)
+
+    def tile(r: int, c: int) -> str:
+        if not (0 <= r < nrow and 0 <= c < ncol):
+            return "the edge"
+        return "the goal" if (r, c) == goal else "the cliff" if cliff[r, c] else "open ground"
+
+    def text(observation) -> str:
+        r, c = divmod(int(observation), ncol)
+        around = ". ".join(f"{name.capitalize()}: {tile(r + dr, c + dc)}" for name, (dr, dc) in STEPS)
+        return (
+            f"You are at row {r}, column {c} of a {nrow}x{ncol} grid (row 0 is the top, column 0 the left). "
+            f"The goal is {_offset(goal[0] - r, goal[1] - c, SCREEN_WORDS)}.\n{around}."
+        )
 
     return text
 
@@ -439,7 +472,9 @@ def make_describer(
     entry = DESCRIBERS.get(spec)
     from gymnasium import spaces
 
-    named_env = spec in ("frozenlake", "taxi") and isinstance(space, spaces.Discrete)  # chosen by hand: any id
+    named_env = spec in ("frozenlake", "taxi", "cliffwalking") and isinstance(
+        space, spaces.Discrete
+    )  # chosen by hand: any id
     if not (entry.fits(space, env) or named_env):
         raise ValueError(_no_fit(space, spec))
     return entry.build(space, env=env, perception=perception, digits=digits)

@@ -21,10 +21,11 @@ from typing import List
 
 import hydra
 from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 
 from jetgym.runs.folder import read_jsonl, write_json, write_text
-from jetgym.training.evaluation import SUCCESS_RULES, check_runs, read_summaries, summarize, table
+from jetgym.training.evaluation import SUCCESS_RULES, check_runs, read_summaries, seen_share, summarize, table
 from jetgym.scripts.cli import start, user_errors
 from jetgym.scripts.config import CONFIG_PATH
 
@@ -86,7 +87,9 @@ def play(
     stop_loops: bool = False,
     dtype: str = "float32",
     policy: str = "argmax",
+    asked: list | None = None,
 ) -> list[dict]:
+    """The agent's episodes on `seeds`; `asked`, when given, receives the text of every question it was asked."""
     from jetgym.agents import rollout
     from jetgym.scripts.config import compose, to_config
     from jetgym.scripts.build import build_agent, make_env
@@ -101,7 +104,8 @@ def play(
     env = make_env(config)
     try:
         built, _ = build_agent(config, scorer=scorer, env=env)
-        return rollout(env, built, seeds[1] - seeds[0], seeds[0], progress=True, stop_loops=stop_loops)
+        on_step = None if asked is None else lambda row, frame: asked.append(row["question"])
+        return rollout(env, built, seeds[1] - seeds[0], seeds[0], on_step=on_step, progress=True, stop_loops=stop_loops)
     finally:
         env.close()
 
@@ -194,17 +198,19 @@ def evaluate(folders: list[Path], summaries: list[dict], options: EvalConfig, ot
     best = max(playable, key=playable.get) if playable else None
     batched = base + [f"env.num_envs={options.num_envs}"]
     scored = dict(stop_loops=options.stop_loops, dtype=options.dtype, policy=options.policy)
+    names = ["trained" if len(folders) == 1 else f"trained (seed {s['seed']})" for s in summaries]
+    asked: dict[str, list] = {name: [] for name in names}
     trained = {
-        "trained" if len(folders) == 1 else f"trained (seed {s['seed']})": play(
-            batched, "scorer", held, adapter=str(f / "adapter"), **scored
-        )
-        for f, s in zip(folders, summaries)
+        name: play(batched, "scorer", held, adapter=str(f / "adapter"), asked=asked[name], **scored)
+        for name, f in zip(names, folders)
     }
     agents = {**trained, "zero-shot": play(batched, "scorer", held, **scored), "random": play(base, "random", held)}
     if best is not None:
         agents[f"fixed ({best})"] = play(base, "fixed", held, control=best)
     agents.update(others or {})
-    return summarize(folders, summaries, agents, list(trained), held, tuning, fixed_scores, options.success)
+    results = summarize(folders, summaries, agents, list(trained), held, tuning, fixed_scores, options.success)
+    results["held_out_questions_seen"] = {name: seen_share(f, asked[name]) for name, f in zip(names, folders)}
+    return results
 
 
 def run_eval(config: EvalConfig, output_dir: str | None = None) -> dict:
@@ -237,7 +243,9 @@ def hydra_main(cfg) -> None:
     from jetgym.scripts.config import to_config
 
     with user_errors("jetgym-eval"):
-        run_eval(to_config(cfg), output_dir=HydraConfig.get().runtime.output_dir)
+        config, output_dir = to_config(cfg), HydraConfig.get().runtime.output_dir
+        GlobalHydra.instance().clear()  # the job composes each run's episode config (`compose`): Hydra must be free
+        run_eval(config, output_dir=output_dir)
 
 
 def main() -> None:

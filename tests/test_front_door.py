@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -53,3 +54,28 @@ def test_eval_refuses_a_folder_without_a_summary(tmp_path):
     )
     assert out.returncode == 2
     assert f"{tmp_path} holds no summary.json: pass the folder of a finished jetgym-train run" in out.stderr
+
+
+def test_eval_composes_the_runs_env_inside_the_job(tmp_path):
+    """The job composes each run's episode config while its own Hydra app runs (was: 'GlobalHydra is already
+    initialized'); here it gets as far as loading the run's model, which is missing."""
+    run = tmp_path / "run"
+    run.mkdir()
+    config = {
+        "algorithm": "rft",
+        "seed": 0,
+        "env": {"id": "FrozenLake-v1", "kwargs": {"is_slippery": False}, "action_texts": ["l", "d", "r", "u"]},
+        "scorer": {"name": "jet"},
+        "model": {"spec": str(tmp_path / "no-model")},
+        "train": {},
+    }
+    (run / "summary.json").write_text(json.dumps({"config": config, "seed": 0}))
+    out = subprocess.run(
+        [sys.executable, "-c", "from jetgym.scripts.main import main; main()", "eval", f"runs=[{run}]"]
+        + ["episodes=1", "tuning_episodes=1", f"output_dir={tmp_path / 'out'}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "GlobalHydra" not in out.stderr and out.returncode != 0
+    assert str(tmp_path / "no-model") in out.stderr, out.stderr[-2000:]

@@ -343,6 +343,36 @@ def test_toy_text_describers_read_the_observation_only():
     )
 
 
+def test_cliffwalking_describer_says_where_the_goal_and_the_cliff_are():
+    describe = make_describer(env=gym.make("CliffWalking-v1"))  # auto: recognised by the env's id
+    assert describe(36) == (
+        "You are at row 3, column 0 of a 4x12 grid (row 0 is the top, column 0 the left). "
+        "The goal is 11 columns right.\nUp: open ground. Right: the cliff. Down: the edge. Left: the edge."
+    )
+    assert describe(29) == (  # row 2, column 5: the cliff below
+        "You are at row 2, column 5 of a 4x12 grid (row 0 is the top, column 0 the left). "
+        "The goal is 1 row down and 6 columns right.\nUp: open ground. Right: open ground. Down: the cliff. "
+        "Left: open ground."
+    )
+    assert make_describer("cliffwalking", spaces.Discrete(48))(35).endswith(  # no env: Gymnasium's layout
+        "The goal is 1 row down.\nUp: open ground. Right: the edge. Down: the goal. Left: open ground."
+    )
+
+
+def test_env_gym_describes_cliffwalking_in_words():
+    from jetgym.scripts.build import build_agent, make_env
+    from jetgym.scripts.config import compose, to_config
+
+    texts = "env.action_texts=[move up,move right,move down,move left]"
+    config = to_config(compose("episode", ["env=gym", "env.id=CliffWalking-v1", texts]))
+    env = make_env(config)
+    agent, _ = build_agent(config, scorer=make_scorer("fake"), env=env)
+    observation, info = env.reset(seed=0)
+    question = agent.question(observation, info["candidates"])
+    assert "You are at row 3, column 0 of a 4x12 grid" in question.context and question.candidates[1] == "move right"
+    env.close()
+
+
 def test_describer_errors_name_the_space_and_the_fix():
     with pytest.raises(ValueError, match=r"no describer fits the observation space Graph.*pass describer=<callable"):
         make_describer("auto", spaces.Graph(spaces.Box(0, 1, (2,)), None))

@@ -388,3 +388,20 @@ def test_a_step_that_needs_an_action_and_lists_nothing_names_the_episode_and_ste
             envs.step(("go north", "look"))
     finally:
         envs.close()
+
+
+def test_fresh_rooms_hardly_repeat_and_the_draught_leads_out():
+    env = gym.make("FreshRooms-v0")
+    seen = set()
+    for seed in range(50):
+        text, info = env.reset(seed=seed)
+        for _ in range(3):
+            seen.add(text)
+            way = text.rsplit("from the ", 1)[1].rstrip(".")
+            assert f"go {way}" in info["admissible_commands"]
+            text, reward, terminated, _, info = env.step(f"go {way}")
+        assert (reward, terminated, info["admissible_commands"]) == (1.0, True, [])
+    assert len(seen) >= 140  # of 150 rooms drawn
+    _, info = env.reset(seed=0)
+    wrong = next(c for c in info["admissible_commands"] if c != f"go {env.unwrapped.way}")
+    assert env.step(wrong)[1:3] == (0.0, True)

@@ -892,6 +892,25 @@ def test_learning_benchmark_scorers_pick_by_the_policy_asked(tiny_folder, monkey
     assert picked == ["argmax", "sample"]
 
 
+def test_eval_counts_the_held_out_questions_training_played(tiny_folder, tmp_path):
+    from jetgym.scripts.evaluate import play
+    from jetgym.training.evaluation import QUESTIONS, question_digest, seen_share, table
+
+    asked: list = []
+    play([f"model.spec={tiny_folder}", *FROZEN_STILL], "scorer", (0, 1), asked=asked)
+    distinct = list(dict.fromkeys(asked))
+    assert len(distinct) >= 2 and all(isinstance(q, str) and "row" in q for q in distinct)
+    (tmp_path / QUESTIONS).write_text(json.dumps([question_digest(distinct[0]), "0" * 32]))
+    share = seen_share(tmp_path, asked)
+    assert share == {"questions": len(distinct), "seen_in_training": 1, "share": 1 / len(distinct)}
+    assert seen_share(tmp_path / "no-record", asked) is None  # a run that recorded no questions: nothing to say
+    line = table({"agents": {}, "paired": {}, "held_out_questions_seen": {"trained": share}})[-1]
+    assert line == (
+        f"Distinct held-out question texts that training played: trained 1 of {len(distinct)} "
+        f"({1 / len(distinct):.0%})."
+    )
+
+
 def test_learning_benchmark_leaves_out_fixed_controls_the_env_masks():
     """Taxi masks every control at some step (walls, pick-ups away from the passenger): no fixed baseline there."""
     from jetgym.scripts.evaluate import fixed_returns

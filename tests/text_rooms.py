@@ -58,3 +58,60 @@ class TextRooms(gym.Env):
 
 if "TextRooms-v0" not in gym.registry:
     gym.register("TextRooms-v0", entry_point=TextRooms, max_episode_steps=12)
+
+
+COLOURS = ("red", "blue", "green", "amber", "grey", "violet", "white", "black", "golden", "teal", "pink", "brown")
+KINDS = ("kitchen", "library", "cellar", "chapel", "attic", "gallery", "study", "pantry", "armoury", "greenhouse")
+DECOR = (
+    "a dusty rug",
+    "a broken clock",
+    "a tall mirror",
+    "an empty cage",
+    "a pile of books",
+    "a cold stove",
+    "a rusty sword",
+    "a faded map",
+    "a cracked vase",
+    "a stuffed owl",
+)
+WAYS = ("north", "east", "south", "west")
+
+
+class FreshRooms(gym.Env):
+    """Rooms drawn afresh at every step (colour, kind, decor, exits), so questions hardly ever repeat. A sign points
+    at a random exit; the way on is the exit the draught comes from. `depth` right exits in a row win (reward 1);
+    a wrong one ends the episode."""
+
+    def __init__(self, depth: int = 3):
+        self.observation_space = spaces.Text(300, charset=CHARS)
+        self.action_space = spaces.Text(40, charset=CHARS)
+        self.depth = depth
+
+    def _room(self) -> tuple[str, dict]:
+        rng = self.np_random
+        exits = sorted(rng.choice(len(WAYS), size=int(rng.integers(2, 4)), replace=False).tolist())
+        self.way = WAYS[int(rng.choice(exits))]
+        sign = WAYS[int(rng.choice(exits))]
+        text = (
+            f"You are in a {COLOURS[rng.integers(len(COLOURS))]} {KINDS[rng.integers(len(KINDS))]} with "
+            f"{DECOR[rng.integers(len(DECOR))]}. A sign points {sign}. A draught comes from the {self.way}."
+        )
+        return text, {"admissible_commands": [f"go {WAYS[e]}" for e in exits]}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.passed = 0
+        return self._room()
+
+    def step(self, action):
+        if action != f"go {self.way}":
+            return "A dead end. The game is over.", 0.0, True, False, {"admissible_commands": []}
+        self.passed += 1
+        if self.passed >= self.depth:
+            return "Fresh air: you are out. You win.", 1.0, True, False, {"admissible_commands": []}
+        text, info = self._room()
+        return text, 0.0, False, False, info
+
+
+if "FreshRooms-v0" not in gym.registry:
+    gym.register("FreshRooms-v0", entry_point=FreshRooms, max_episode_steps=12)

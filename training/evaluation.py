@@ -9,6 +9,27 @@ from pathlib import Path
 from jetgym.questions.bootstrap import episode_bootstrap, paired_episode_bootstrap
 
 SUCCESS_RULES = ("positive-return", "terminated")
+QUESTIONS = "questions.json"  # an rft run's record: the digest of every question text it played
+
+
+def question_digest(context) -> str:
+    """A short digest of a question's text (a string, or chat messages), as runs record and evaluations compare."""
+    import hashlib
+
+    text = context if isinstance(context, str) else json.dumps(context, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def seen_share(folder: Path, contexts: list) -> dict | None:
+    """How many of the distinct question texts in `contexts` (a held-out play's) the run at `folder` played in
+    training; None when the run recorded no questions (`questions.json`: rft runs)."""
+    try:
+        trained = set(json.loads((folder / QUESTIONS).read_text()))
+    except FileNotFoundError:
+        return None
+    asked = {question_digest(c) for c in contexts}
+    seen = len(asked & trained)
+    return {"questions": len(asked), "seen_in_training": seen, "share": seen / len(asked) if asked else None}
 
 
 def success(episode: dict, rule: str) -> float:
@@ -92,7 +113,12 @@ def table(results: dict) -> list[str]:
     paired = [
         f"{name} {d['estimate']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]" for name, d in results["paired"].items()
     ]
-    return [*rows, "", "Paired return differences (same seeds resampled together): " + "; ".join(paired) + "."]
+    lines = [*rows, "", "Paired return differences (same seeds resampled together): " + "; ".join(paired) + "."]
+    seen = {name: s for name, s in results.get("held_out_questions_seen", {}).items() if s and s["questions"]}
+    if seen:
+        shares = [f"{name} {s['seen_in_training']} of {s['questions']} ({s['share']:.0%})" for name, s in seen.items()]
+        lines += ["", "Distinct held-out question texts that training played: " + "; ".join(shares) + "."]
+    return lines
 
 
 def summarize(folders, summaries, agents: dict, trained: list[str], held, tuning, fixed_scores, rule: str) -> dict:

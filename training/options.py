@@ -92,9 +92,11 @@ class RFTOptions:
     every transition played, `jetgym.training.plan`), `episode` (nothing) or `step-group` (at each question the
     round visited with several actions, the action of best mean return to go when it beats the question's mean,
     weighted by that advantage); `gamma`: the discount of values and returns to go (each episode is still kept by
-    its whole return); `replay`: the most kept episode decisions pooled; `updates`: optimizer steps per round (more
-    when one pass over what is cloned takes more), on minibatches of `minibatch` decisions drawn in shuffled
-    passes over them."""
+    its whole return); `replay`: the most kept episode decisions pooled. Each round clones to fit: the decisions
+    whose label the clone has not yet matched (new questions, changed labels, earlier misses) and `replay_ratio`
+    times as many (at least `minibatch`) drawn from the rest, in shuffled passes of `minibatch` decisions, until a
+    share `fit` of them has its argmax on the label, at most `updates` optimizer steps (or one pass, when that is
+    more); none when they already agree before any step."""
 
     group: int = 4
     seeds_per_round: int = 8
@@ -104,7 +106,9 @@ class RFTOptions:
     advantage: str = "plan"
     gamma: float = 0.95
     replay: int = 512
-    updates: int = 16
+    updates: int = 32
+    fit: float = 1.0
+    replay_ratio: float = 1.0
     minibatch: int = 8
     learning_rate: float = 1e-3
     max_grad_norm: float = 1.0
@@ -116,6 +120,8 @@ class RFTOptions:
             self, ("group", "seeds_per_round", "num_envs", "replay", "updates", "minibatch"), lambda v: v >= 1, ">= 1"
         )
         _check(self, ("explore", "gamma"), lambda v: 0 <= v <= 1, "in [0, 1]")
+        _check(self, ("fit",), lambda v: 0 < v <= 1, "in (0, 1]")
+        _check(self, ("replay_ratio",), lambda v: v >= 0, ">= 0")
         _check(self, ("learning_rate", "max_grad_norm"), lambda v: v > 0, "> 0")
         check_keep(self.keep)
         if self.advantage not in ADVANTAGES:

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -41,9 +43,10 @@ from jetgym.runs.folder import (
 )
 
 from .data_parallel import Shards
+from .evaluation import QUESTIONS, question_digest
 from .options import PPOOptions, RFTOptions, SFTOptions, learning_rate_at
 from .ppo import Rollout, Rollouts, update
-from .sft import check_labelled, evaluate_questions, sft_step
+from .sft import check_labelled, evaluate_questions, fit_step, sft_step
 
 TRAIN_LOG = "train.jsonl"
 SUMMARY = "summary.json"
@@ -456,6 +459,8 @@ def run_rft(
         done, steps = state.get("update", 0), state.get("env_steps", 0)
         pool = rft.Pool(options.replay, state.get("pool", ()))
         transitions = Transitions(state.get("transitions", ()))
+        fitted = {bytes.fromhex(key): gold for key, gold in state.get("fitted", ())}
+        asked = set(state.get("questions", ()))  # digests of every question text played
         seen = dict(state.get("seen", {"episodes": 0, "kept": 0, "best_return": None, "success_signal": False}))
         bar = tqdm(
             total=env_steps,
@@ -487,6 +492,7 @@ def run_rft(
             played.sort(key=lambda e: (e.seed, e.member))
             counts = memo_counts(policy)
             collected = time.monotonic()
+            asked.update(question_digest(d.context) for e in played for d in e.decisions)
             kept = rft.kept_episodes(played, options.keep)
             stepped = rft.step_groups(played, options.gamma) if options.advantage == "step-group" else []
             new = pool.add([d for e in kept for d in rft.loop_erased(e, options.gamma)] + stepped)
@@ -497,12 +503,9 @@ def run_rft(
                 planned = [rft.Kept(label.decision, label.value, 0) for label in transitions.labels(options.gamma)]
             cloned = rft.with_planned(pool, planned)
             rate = set_learning_rate(optimizer, learning_rate_at(options, steps, env_steps))
-            losses = [
-                sft_step(
-                    policy, optimizer, [k.decision for k in batch], options, autocast, shards, [k.weight for k in batch]
-                )
-                for batch in _minibatches(cloned, options, generator)
-            ]
+            fit = clone_to_fit(policy, optimizer, cloned, fitted, options, autocast, shards, generator)
+            fitting = time.monotonic()
+            measured = {f"check_{k}": v for k, v in memo_counts(policy).items()}  # the fit's measure, not play
             done += 1
             played_steps = sum(len(e.rewards) for e in played)
             steps += played_steps
@@ -529,11 +532,12 @@ def run_rft(
                 "new_decisions": new,
                 "pool": len(pool.items),
                 "cloned": len(cloned),
-                "loss": round(sum(losses) / len(losses), 6) if losses else None,
+                **fit.row(),
                 "learning_rate": rate,
                 **counts,
+                **measured,
                 "rollout_seconds": round(collected - begun, 3),
-                "update_seconds": round(time.monotonic() - collected, 3),
+                "update_seconds": round(fitting - collected, 3),
                 "env_steps_per_second": round(played_steps / max(time.monotonic() - begun, 1e-9), 3),
             }
             rows.append(row)
@@ -549,6 +553,8 @@ def run_rft(
                             "seen": seen,
                             "pool": pool.rows(),
                             "transitions": transitions.rows(),
+                            "fitted": [[key.hex(), gold] for key, gold in fitted.items()],
+                            "questions": sorted(asked),
                             "generator": generator.get_state().tolist(),
                         },
                     )
@@ -579,21 +585,98 @@ def run_rft(
             "best_return": seen["best_return"],
             "last_mean_return": last.get("mean_return"),
             "last_success_rate": last.get("success_rate"),
+            "questions_played": len(asked),
         }
         if not shards.writer:
             return summary
+        write_json(folder.out / QUESTIONS, sorted(asked), indent=None, what="the questions played")
         return folder.finish(policy, summary, rows, "env_steps", ["success_rate", "mean_return"])
 
 
-def _minibatches(items: list, options: RFTOptions, generator: torch.Generator) -> list[list]:
-    """`options.updates` minibatches of `options.minibatch` items (the pool's kept decisions), or as many as one
-    pass over all of them takes when that is more, drawn in shuffled passes over them."""
-    size = min(options.minibatch, len(items))
-    updates = max(options.updates, -(-len(items) // size)) if items else 0
-    order: list[int] = []
-    while items and len(order) < updates * options.minibatch:
-        order += torch.randperm(len(items), generator=generator).tolist()
-    return [[items[i] for i in order[k * size : (k + 1) * size]] for k in range(updates)]
+@dataclass(frozen=True)
+class Fit:
+    """What a round's cloning did: its decisions not yet fitted (`fresh`) and `replayed` from the fitted rest,
+    optimizer `steps`, and their last measured argmax agreement with the labels and mean gold NLL."""
+
+    fresh: int
+    replayed: int
+    steps: int
+    agreement: float | None
+    loss: float | None
+
+    def row(self) -> dict:
+        return {
+            "fresh_decisions": self.fresh,
+            "replayed_decisions": self.replayed,
+            "clone_steps": self.steps,
+            "clone_agreement": None if self.agreement is None else round(self.agreement, 6),
+            "loss": None if self.loss is None else round(self.loss, 6),
+        }
+
+
+def clone_to_fit(
+    policy, optimizer, cloned: list, fitted: dict, options: RFTOptions, autocast, shards, generator
+) -> Fit:
+    """Clone a round's decisions (`rft.Kept`) until a share `options.fit` of them agree with their labels: those
+    not yet fitted (`fitted`: question key -> the label its argmax last agreed with, updated here) and a sample of
+    the rest (`options.replay_ratio` times as many, at least a minibatch), so a round costs what it adds, not the
+    whole pool. They are measured first through the scorer (free for questions the round played: the weights have
+    not moved since); none agreeing short of the target, shuffled passes of `options.minibatch` train them, each
+    step measuring its minibatch before it, until the latest measures reach the target or `options.updates` steps
+    (at least one pass) are taken."""
+    from . import rft
+
+    keys = [rft.state_key(k.decision) for k in cloned]
+    fresh = [i for i, key in enumerate(keys) if fitted.get(key) != cloned[i].decision.gold]
+    rest = sorted(set(range(len(cloned))) - set(fresh))
+    wanted = min(len(rest), max(options.minibatch, math.ceil(options.replay_ratio * len(fresh))))
+    replayed = [rest[i] for i in torch.randperm(len(rest), generator=generator)[:wanted].tolist()]
+    chosen = [cloned[i] for i in fresh + replayed]
+    if not chosen:
+        return Fit(0, 0, 0, None, None)
+    agreed, nll = measure(policy.scorer, [k.decision for k in chosen], shards)
+    size = min(options.minibatch, len(chosen))
+    cap = max(options.updates, -(-len(chosen) // size))
+    steps = 0
+    while sum(agreed) < options.fit * len(chosen) and steps < cap:
+        order = torch.randperm(len(chosen), generator=generator).tolist()
+        for start in range(0, len(order), size):
+            batch = order[start : start + size]
+            step = fit_step(
+                policy,
+                optimizer,
+                [chosen[i].decision for i in batch],
+                options,
+                autocast,
+                shards,
+                [chosen[i].weight for i in batch],
+            )
+            for i, a, n in zip(batch, step.agreed, step.nll):
+                agreed[i], nll[i] = a, n
+            steps += 1
+            if sum(agreed) >= options.fit * len(chosen) or steps >= cap:
+                break
+    for k, key, a in zip(chosen, (keys[i] for i in fresh + replayed), agreed):
+        if a:
+            fitted[key] = k.decision.gold
+        else:
+            fitted.pop(key, None)
+    for key in set(fitted) - set(keys):  # left the pool
+        del fitted[key]
+    return Fit(len(fresh), len(replayed), steps, sum(agreed) / len(chosen), sum(nll) / len(nll))
+
+
+def measure(scorer, questions: list, shards: Shards) -> tuple[list[bool], list[float]]:
+    """Each question's argmax agreement with its gold and gold NLL through the scorer (inference, no gradient),
+    asked without the gold so that a memoized scorer reuses the round's decisions."""
+
+    def judge(part: list) -> list[tuple[bool, float]]:
+        asked = scorer.decide_many([replace(q, gold=None) for q in part])
+        judged = [replace(d, gold=q.gold) for d, q in zip(asked, part)]
+        return [(bool(d.correct), float(d.gold_nll)) for d in judged]
+
+    scored = shards.map(judge, questions)
+    return [a for a, _ in scored], [n for _, n in scored]
 
 
 def memo_counts(policy) -> dict:

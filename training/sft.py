@@ -9,6 +9,7 @@ question it was asked and the control it chose) train the same way.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -57,13 +58,39 @@ def sft_step(
 ) -> float:
     """One gradient step on a minibatch (each rank computing its share); returns the minibatch's mean loss, each
     question's gold NLL times its weight (`weights`, default 1)."""
+    return fit_step(policy, optimizer, questions, options, autocast, shards, weights).loss
+
+
+@dataclass(frozen=True)
+class Step:
+    """One gradient step's mean loss and, per question, as the forward before the step saw it: its gold NLL and
+    whether the argmax agreed with the gold text."""
+
+    loss: float
+    nll: list[float]
+    agreed: list[bool]
+
+
+def fit_step(
+    policy,
+    optimizer,
+    questions: Sequence[Question],
+    options,
+    autocast: bool = False,
+    shards: Shards = Shards(),
+    weights: Sequence[float] | None = None,
+) -> Step:
+    """`sft_step` that also reports each question's gold NLL and argmax agreement (summed over the ranks)."""
     optimizer.zero_grad(set_to_none=True)
     indices = shards.mine(len(questions))
     mine = [questions[i] for i in indices]
-    total = 0.0
+    total, nll_of, agreed = 0.0, [0.0] * len(questions), [0.0] * len(questions)
     if mine:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            nll = gold_nll(policy.evaluate(mine).log_q, mine)
+            log_q = policy.evaluate(mine).log_q
+            nll = gold_nll(log_q, mine)
+            for i, lq, q, value in zip(indices, log_q, mine, nll.detach().tolist()):
+                nll_of[i], agreed[i] = value, float(int(torch.argmax(lq.detach())) in gold_indices(q))
             if weights is not None:
                 nll = nll * torch.tensor([float(weights[i]) for i in indices], dtype=nll.dtype)
             loss = nll.sum() / len(questions)
@@ -73,7 +100,9 @@ def sft_step(
     torch.nn.utils.clip_grad_norm_(policy.parameters(), options.max_grad_norm)
     optimizer.step()
     policy.weights_changed()
-    return shards.sum([total])[0]
+    summed = shards.sum([total, *nll_of, *agreed])
+    n = len(questions)
+    return Step(summed[0], summed[1 : n + 1], [a > 0.5 for a in summed[n + 1 :]])
 
 
 def evaluate_questions(scorer, questions: Sequence[Question], shards: Shards = Shards()) -> dict:
