@@ -136,7 +136,7 @@ def env_controls(overrides: list[str]) -> list[str]:
 
     env = make_env(to_config(compose("episode", overrides + ["agent=random"])))
     try:
-        return list(env.reset(seed=0)[1]["candidates"].texts)
+        return list(env_reset(env, 0)[1]["candidates"].texts)
     finally:
         env.close()
 

@@ -43,7 +43,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from jetgym.agents.rollout import env_reset, env_step
 from jetgym.scorers import Question
+from jetgym.scorers.decision import draw
 
 from .options import RFTOptions
 from .plan import state_key
@@ -106,7 +108,7 @@ def play_round(
             slots[k] = None
             return
         s, m = todo[upcoming]
-        observation, info = envs[k].reset(seed=s)
+        observation, info = env_reset(envs[k], s)
         agent.reset(s, slot=k)
         slots[k] = {
             "index": upcoming,
@@ -131,7 +133,7 @@ def play_round(
             slot = slots[k]
             candidates = slot["candidates"]
             towards = explorer.get(state_key(question)) if explorer else None
-            index = sample(decision.corrected, temperature, slot["explore"], slot["rng"], towards)
+            index = draw(decision.corrected, temperature, slot["rng"], slot["explore"], towards)
             agent.record(candidates.texts[index], k)
             episode = played[slot["index"]]
             episode.decisions.append(
@@ -143,7 +145,7 @@ def play_round(
                     gold=index,
                 )
             )
-            observation, reward, terminated, truncated, info = envs[k].step(candidates.actions[index])
+            observation, reward, terminated, truncated, info = env_step(envs[k], candidates.actions[index])
             episode.rewards.append(float(reward))
             if terminated or truncated:
                 episode.success, episode.terminated, episode.ended = success_of(info, reward), bool(terminated), True
@@ -153,25 +155,6 @@ def play_round(
         if on_steps is not None:
             on_steps(steps - before)
     return [episode for episode in played if episode.decisions]
-
-
-def sample(
-    scores: Sequence[float],
-    temperature: float,
-    explore: float,
-    rng: np.random.Generator,
-    towards: Sequence[int] | None = None,
-) -> int:
-    """A draw from softmax(scores / temperature) mixed with weight `explore` with the uniform distribution over
-    the candidates `towards` (None: all of them)."""
-    scaled = np.array(scores, dtype=np.float64) / temperature
-    q = np.exp(scaled - scaled.max())
-    p = (1 - explore) * q / q.sum()
-    if towards is None:
-        p += explore / len(q)
-    else:
-        p[list(towards)] += explore / len(towards)
-    return int(rng.choice(len(p), p=p / p.sum()))
 
 
 def keep_group(episodes: Sequence[Played], keep: str) -> list[Played]:
