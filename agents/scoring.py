@@ -17,7 +17,7 @@ from .describers import env_attr, infer_space, is_image, make_describer
 from .prompt import check_examples, question_messages, question_text
 
 Perception = Literal["none", "describe"]
-Policy = Literal["argmax", "sample"]
+PolicyMode = Literal["argmax", "sample"]  # how the agent picks (the trainable model is training.policy.Policy)
 PERCEPTIONS = ("none", "describe")
 POLICIES = ("argmax", "sample")
 MANY_CANDIDATES = 64  # more in one question: every decision scores them all, a warning says so (once per agent)
@@ -63,7 +63,7 @@ class ScorerAgent:
         memory: int = 0,
         describer: str | Callable = "auto",
         perception: Perception = "describe",
-        policy: Policy = "argmax",
+        policy: PolicyMode = "argmax",
         temperature: float = 1.0,
         screenshot: bool = False,
         env=None,

@@ -131,6 +131,7 @@ def env_overrides(run: dict) -> list[str]:
 
 def env_controls(overrides: list[str]) -> list[str]:
     """The candidate texts of the env's first step (for envs whose controls come from the env, e.g. ViZDoom)."""
+    from jetgym.agents.rollout import env_reset
     from jetgym.scripts.build import make_env
     from jetgym.scripts.config import compose, to_config
 
