@@ -79,3 +79,12 @@ def test_eval_composes_the_runs_env_inside_the_job(tmp_path):
     )
     assert "GlobalHydra" not in out.stderr and out.returncode != 0
     assert str(tmp_path / "no-model") in out.stderr, out.stderr[-2000:]
+
+
+def test_eval_refuses_another_jobs_folder(tmp_path):
+    """A QA run's folder (a summary.json without a training config) was a KeyError: 'config'."""
+    from jetgym.training.evaluation import read_summaries
+
+    (tmp_path / "summary.json").write_text('{"accuracy": 0.5, "graded": 2}')
+    with pytest.raises(ValueError, match=r"summary.json is not a training run's \(no training config in it; a QA"):
+        read_summaries([tmp_path])

@@ -76,15 +76,21 @@ def same_configuration(configs: list[dict]) -> str | None:
 
 
 def read_summaries(folders: list[Path]) -> list[dict]:
-    """Each finished run's summary.json; a folder without one is refused, naming it."""
+    """Each finished training run's summary.json; a folder without one, or with another job's, is refused, naming it."""
     summaries = []
     for folder in folders:
         try:
-            summaries.append(json.loads((folder / "summary.json").read_text()))
+            summary = json.loads((folder / "summary.json").read_text())
         except FileNotFoundError:
             raise ValueError(
                 f"{folder} holds no summary.json: pass the folder of a finished jetgym-train run"
             ) from None
+        if not isinstance(summary, dict) or "algorithm" not in (summary.get("config") or {}):
+            raise ValueError(
+                f"{folder}/summary.json is not a training run's (no training config in it; a QA or episode run?): "
+                "pass the folder of a finished jetgym-train run"
+            )
+        summaries.append(summary)
     return summaries
 
 
