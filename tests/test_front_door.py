@@ -88,3 +88,23 @@ def test_eval_refuses_another_jobs_folder(tmp_path):
     (tmp_path / "summary.json").write_text('{"accuracy": 0.5, "graded": 2}')
     with pytest.raises(ValueError, match=r"summary.json is not a training run's \(no training config in it; a QA"):
         read_summaries([tmp_path])
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["runs=[]"], "runs is empty: name the finished training run folders"),
+        (["num_envs=0"], "num_envs must be >= 1, got 0"),
+        (["success=won"], "success='won' is not one of positive-return, terminated"),
+        (["dtype=half"], "dtype='half' is not one of float32, auto, bfloat16"),
+        (["policy=greedy"], "policy='greedy' is not one of argmax, sample"),
+        (["stop_loops=true", "num_envs=2"], "stop_loops plays one env at a time: leave num_envs at 1"),
+        (["stop_loops=true", "policy=sample"], "stop_loops needs the argmax scorer"),
+    ],
+)
+def test_eval_options_are_checked_before_anything_loads(overrides, message):
+    import jetgym.scripts.evaluate  # noqa: F401  (stores the job's schema)
+    from jetgym.scripts.config import compose, to_config
+
+    with pytest.raises(ValueError, match=message):
+        to_config(compose("eval", ["runs=[x]", *overrides]))
