@@ -28,7 +28,8 @@ test: setup
 	$(PY) -m pytest -q
 
 # ruff (format and check: pyproject.toml [tool.ruff]) on the whole tree, then mypy on the package (settings and the
-# checks still off: pyproject.toml [tool.mypy]); mypy reads the package through build/typecheck, links to the top-level folders that .ci/typecheck_tree.py makes from the package-dir mapping
+# checks still off: pyproject.toml [tool.mypy]); mypy reads the package through build/typecheck, links to the
+# top-level folders that .ci/typecheck_tree.py makes from the package-dir mapping
 lint: setup
 	$(PY) -m ruff format --check .
 	$(PY) -m ruff check .
