@@ -25,6 +25,8 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
+from jetgym.scorers.types import logsumexp
+
 FIELD = "fingerprint"
 PARTS = {"context": "its context", "choices": "its choices", "gold": "its gold answer"}
 # every response row of a scored question has these
@@ -80,12 +82,7 @@ def _gold_nll(row: dict, gold_labels: list) -> float:
     scores = row.get("scores") or row["logprobs"]
     scaled = [s / row.get("temperature", 1.0) for s in scores]
     gold = [s for label, s in zip(row["labels"], scaled) if label in gold_labels]
-
-    def lse(values: list) -> float:
-        top = max(values)
-        return top + math.log(math.fsum(math.exp(v - top) for v in values))
-
-    return lse(scaled) - lse(gold)
+    return logsumexp(scaled) - logsumexp(gold)
 
 
 def disagreement(row: dict, question: Any) -> str | None:

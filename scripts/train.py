@@ -22,11 +22,6 @@ from jetgym.scripts.cli import save_hydra_config, start, user_errors
 from jetgym.scripts.config import CONFIG_PATH, RELABELERS, TrainConfig, build_scorer, to_config, train_options
 
 
-def options_of(config: TrainConfig, cls) -> Any:
-    """The `train.*` settings that `cls` takes (null: its default)."""
-    return train_options(config.train, cls)
-
-
 def train(cfg: Any, output_dir: str | None = None, progress: bool = True, on_start=None) -> dict:
     """Run the configured training into `output_dir` (default: the config's); returns the summary. `on_start(folder)`:
     called once the folder is locked and checked (the console job writes Hydra's record of the run there)."""
@@ -47,7 +42,7 @@ def train(cfg: Any, output_dir: str | None = None, progress: bool = True, on_sta
         "train": config.train_record(),
         "placement": dataclasses.asdict(config.placement),
     }
-    lora = options_of(config, LoraOptions)
+    lora = train_options(config.train, LoraOptions)
     ranks = ranks_.current()
     try:
         ranks_.init(ranks, config.rank_timeout_s, gpu=config.placement.device == "cuda")
@@ -69,7 +64,7 @@ def _train(config: TrainConfig, record: dict, lora, out: str, shards, progress: 
         agent=dataclasses.replace(config.agent, policy="sample"),
     )
     cloning = config.algorithm in ("sft", "bc")
-    options = options_of(config, OPTIONS[config.algorithm])
+    options = train_options(config.train, OPTIONS[config.algorithm])
     record["options"] = {**dataclasses.asdict(options), **dataclasses.asdict(lora)}  # in effect, defaults filled
     if cloning:
         policy = Policy(build_scorer(config), lora, config.seed)
