@@ -1,7 +1,7 @@
 """Gymnasium wrappers and envs that turn tasks into scorer questions (cheap to import).
 
 When Gymnasium is installed, importing this package registers the jetgym ids below (ViZDoom scenarios, TextWorld
-games); `vizdoom` and `textworld` are imported only when one is made. Ids of other packages: `module:EnvId`
+games, BabyAI's GoToLocal split by object); `vizdoom` and `textworld` are imported only when one is made. Ids of other packages: `module:EnvId`
 (`split_env_id`) or `env.imports` (`import_env_modules`), checked by `check_env_id`.
 """
 
@@ -22,6 +22,11 @@ DOOM_IDS: dict[str, str] = {
 
 DOOM_ANY_ID = "jetgym/Doom-v0"  # any bundled scenario (env.kwargs.scenario) or a user's cfg (env.kwargs.config)
 TEXTWORLD_ID = "jetgym/TextWorld-v0"  # jetgym.envs.textworld.TextWorldEnv: a TextWorld game with text commands
+# Gymnasium id -> class of jetgym.envs.babyai_splits (GoToLocal split by the objects its missions name)
+BABYAI_SPLIT_IDS: dict[str, str] = {
+    "jetgym/BabyAI-GoToLocalTrain-v0": "GoToLocalTrain",
+    "jetgym/BabyAI-GoToLocalTest-v0": "GoToLocalTest",
+}
 
 
 def register_envs() -> None:
@@ -35,6 +40,9 @@ def register_envs() -> None:
         gymnasium.register(DOOM_ANY_ID, entry_point="jetgym.envs.vizdoom.env:DoomEnv")
     if TEXTWORLD_ID not in gymnasium.registry:
         gymnasium.register(TEXTWORLD_ID, entry_point="jetgym.envs.textworld:TextWorldEnv", max_episode_steps=100)
+    for env_id, name in BABYAI_SPLIT_IDS.items():
+        if env_id not in gymnasium.registry:
+            gymnasium.register(env_id, entry_point=f"jetgym.envs.babyai_splits:{name}")
 
 
 def split_env_id(env_id: str) -> tuple[str | None, str]:

@@ -2,7 +2,8 @@
 
     jetgym eval runs=[outputs/train/fl] episodes=20 output_dir=outputs/eval/fl
 
-Plays the run's env (its own env, scorer and agent settings) on held-out seeds `seed .. seed+episodes-1` (PPO and
+Plays the run's env (its own env, scorer and agent settings; `env_id` swaps in another env with the same
+observations and actions, e.g. the test side of a train/test split) on held-out seeds `seed .. seed+episodes-1` (PPO and
 rft training episodes use seeds >= 1,000,000; seeds of a cloning run's demonstrations are refused) with: the trained
 scorer (its adapter, at `dtype`), the zero-shot scorer (both by `policy`: argmax, or a draw from q seeded by the
 episode's seed), `random`, and the best fixed control, picked on separate tuning seeds (`tuning_seed`, never
@@ -47,6 +48,7 @@ class EvalConfig:
     stop_loops: bool = False  # deterministic envs: end a scorer's episode at its first repeated observation
     dtype: str = "float32"  # the scorers' placement.dtype (auto: bf16 on CPUs with native bf16)
     policy: str = "argmax"  # how the trained and zero-shot scorers pick: argmax, or a draw from q
+    env_id: str | None = None  # play this env instead of the run's (a test split: new objects, new games)
     output_dir: str = "outputs/eval"
 
     def __post_init__(self) -> None:
@@ -66,6 +68,13 @@ class EvalConfig:
         ):
             if value not in allowed:
                 raise ValueError(f"{name}={value!r} is not one of {', '.join(allowed)}")
+        if self.env_id is not None:
+            from jetgym.envs import check_env_id
+
+            try:
+                check_env_id(self.env_id)
+            except ValueError as error:
+                raise ValueError(f"env_id: {error}") from None
         if self.stop_loops and self.num_envs > 1:
             raise ValueError("stop_loops plays one env at a time: leave num_envs at 1")
         if self.stop_loops and self.policy == "sample":
@@ -110,10 +119,11 @@ def play(
         env.close()
 
 
-def env_overrides(run: dict) -> list[str]:
-    """Episode-config overrides that rebuild the training run's env and scorer settings."""
+def env_overrides(run: dict, env_id: str | None = None) -> list[str]:
+    """Episode-config overrides that rebuild the training run's env and scorer settings (its env, or `env_id`
+    with the run's env settings)."""
     env, scorer = run["env"], run["scorer"]
-    out = [f"model.spec={run['model']['spec']}", f"env.id={env['id']}"]
+    out = [f"model.spec={run['model']['spec']}", f"env.id={env_id or env['id']}"]
     out += [f"++env.kwargs.{k}={hydra_value(v)}" for k, v in env["kwargs"].items()]
     if env.get("action_texts"):
         out.append("env.action_texts=[" + ",".join(env["action_texts"]) + "]")
@@ -186,7 +196,7 @@ def evaluate(folders: list[Path], summaries: list[dict], options: EvalConfig, ot
 
     others: more agents' episodes on the same held-out seeds (name -> episodes), paired like the baselines."""
     run = summaries[0]["config"]
-    base = ["env=gym", *env_overrides(run)]
+    base = ["env=gym", *env_overrides(run, options.env_id)]
     held = (options.seed, options.seed + options.episodes)
     used_seeds = demonstration_seeds(run)
     overlap = sorted(used_seeds & set(range(*held)))

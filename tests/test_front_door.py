@@ -100,6 +100,7 @@ def test_eval_refuses_another_jobs_folder(tmp_path):
         (["policy=greedy"], "policy='greedy' is not one of argmax, sample"),
         (["stop_loops=true", "num_envs=2"], "stop_loops plays one env at a time: leave num_envs at 1"),
         (["stop_loops=true", "policy=sample"], "stop_loops needs the argmax scorer"),
+        (["env_id=FrozenLake-v9"], "env_id: unknown env.id 'FrozenLake-v9': not a registered Gymnasium id"),
     ],
 )
 def test_eval_options_are_checked_before_anything_loads(overrides, message):

@@ -213,3 +213,25 @@ def test_scripted_agent_plays_the_babyai_bot_in_every_sub_env():
         ValueError, match="the scripted agent plays each sub-env's own state: use env.vectorization=sync"
     ):
         sub_envs(SimpleNamespace(num_envs=2))  # an async vector env: no sub-envs in this process
+
+
+def test_goto_local_split_keeps_the_held_out_objects_for_the_test_side():
+    """Train missions never name a held-out object, test missions always do; a seed gives one layout; the rest is
+    GoToLocal (one room, eight objects, 64 steps, described like any MiniGrid view)."""
+    pytest.importorskip("minigrid")
+    import gymnasium as gym
+
+    from jetgym.envs.babyai_splits import HELD_OUT, names_held_out
+
+    missions = {}
+    for side in ("Train", "Test"):
+        env = gym.make(f"jetgym/BabyAI-GoToLocal{side}-v0")
+        missions[side] = [env.reset(seed=seed)[0]["mission"] for seed in range(60)]
+        again = env.reset(seed=7)[0]
+        assert again["mission"] == missions[side][7] and env.unwrapped.max_steps == 64
+        assert (again["image"] == env.reset(seed=7)[0]["image"]).all()
+        assert len([o for o in env.unwrapped.grid.grid if o is not None and o.type != "wall"]) == 8
+        assert describe_view(again).startswith(f"Mission: {again['mission']}.")
+    assert not any(map(names_held_out, missions["Train"])) and all(map(names_held_out, missions["Test"]))
+    assert len(set(missions["Train"])) > 10  # every other colour and kind still comes up
+    assert {name for name in HELD_OUT if any(name in m for m in missions["Test"])} == set(HELD_OUT)

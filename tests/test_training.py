@@ -879,6 +879,8 @@ def test_learning_benchmark_rebuilds_the_run_env():
     assert dict(config.env.kwargs) == kwargs and config.env.task == "Go." and config.agent.memory == 2
     assert config.scorer.template == "none" and list(config.env.action_texts) == ["a", "b", "c", "d"]
     assert len(set(env_controls(["env=gym", "env.id=FrozenLake-v1"]))) == 4  # the env's own controls, no texts given
+    other = to_config(compose("episode", ["env=gym", *env_overrides(run, "jetgym/BabyAI-GoToLocalTest-v0")]))
+    assert other.env.id == "jetgym/BabyAI-GoToLocalTest-v0" and dict(other.env.kwargs) == kwargs  # a test split
 
 
 def test_learning_benchmark_scorers_pick_by_the_policy_asked(tiny_folder, monkeypatch):
