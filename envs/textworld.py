@@ -1,15 +1,16 @@
 """TextWorld games as Gymnasium envs with text commands (`pip install 'jetgym[textworld]'`).
 
 `TextWorldEnv(game=PATH)` plays a compiled TextWorld game (`.z8` / `.ulx`, made offline by TextWorld's `tw-make`);
-`game=None` makes (once, then reuses) a `tw-simple` game for `game_seed` in the user cache (`make_game`).
-Registered as `jetgym/TextWorld-v0` (100 steps; `max_episode_steps=` to change).
+`game=None` makes (once, then reuses) a `tw-simple` game for `game_seed` in the user cache (`make_game`);
+`games=N` plays N such games, `game_seed .. game_seed+N-1`, the one of the reset's `seed % N` (each made when first
+played): train on one range of game seeds and evaluate on another, games never played in training. Registered as `jetgym/TextWorld-v0` (100 steps; `max_episode_steps=` to change).
 
 API: observation `spaces.Text` = the game's answer to the last command (the opening text on reset: objective and
 first room), cleaned of TextWorld's banner and prompt line, printable ASCII; action `spaces.Text` = one command
 string; `info["admissible_commands"]` = the commands admissible now (a different list at every step), which
 `jetgym.envs.candidates.CandidateActions` turns into the candidate set. reward = the score gained by the step;
 terminated when the game is won or lost (`info["is_success"]` = won); `info["score"]`, `info["max_score"]`,
-`info["objective"]`. The game is deterministic: the seed changes nothing. `textworld` is imported when an env is
+`info["objective"]`. A game is deterministic: the seed only picks the game. `textworld` is imported when an env is
 made.
 """
 
@@ -78,22 +79,27 @@ def make_game(path: str | os.PathLike | None = None, game_seed: int = 1) -> Path
 
 
 class TextWorldEnv(gym.Env):
-    """One TextWorld game; see the module notes. game: a compiled game file (None: `make_game(game_seed=...)`)."""
+    """TextWorld games; see the module notes. game: a compiled game file (None: `make_game(game_seed=...)`, or
+    `games` of them by the reset's seed)."""
 
     metadata = {"render_modes": []}
 
-    def __init__(self, game: str | None = None, game_seed: int = 1, render_mode: str | None = None):
+    def __init__(self, game: str | None = None, game_seed: int = 1, games: int = 1, render_mode: str | None = None):
         if render_mode is not None:
             raise ValueError(f"TextWorld envs render no frames: render_mode must be None, got {render_mode!r}")
-        if game is None:
-            game = str(make_game(game_seed=game_seed))
-        if not Path(game).is_file():
+        if isinstance(games, bool) or not isinstance(games, int) or games < 1:
+            raise ValueError(f"env.kwargs.games must be a whole number >= 1, got {games!r}")
+        if game is not None and games != 1:
+            raise ValueError("env.kwargs.games plays tw-simple games made by seed: leave env.kwargs.game null")
+        if game is not None and not Path(game).is_file():
             raise FileNotFoundError(
                 f"env.kwargs.game: no TextWorld game at {game!r}; make one with "
                 f"`tw-make tw-simple --rewards dense --goal detailed --seed 1 --output {game}`, "
                 "or leave game null to make one in the user cache"
             )
-        self.game = str(game)
+        self.game_seed, self.games = int(game_seed), games
+        self.game = str(game) if game is not None else str(make_game(game_seed=self.game_seed))
+        self._turn = 0  # resets without a seed play the games in turn
         self.task = TASK
         self.render_mode = None
         self.observation_space = spaces.Text(MAX_TEXT, min_length=1, charset=CHARSET)
@@ -122,6 +128,13 @@ class TextWorldEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
+        if self.games > 1:
+            index = (seed if seed is not None else self._turn) % self.games
+            self._turn = index + 1
+            game = str(make_game(game_seed=self.game_seed + index))
+            if game != self.game:
+                self.close()
+                self.game = game
         if self._env is None:
             self._start()
         state = self._env.reset()

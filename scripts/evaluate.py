@@ -3,7 +3,8 @@
     jetgym eval runs=[outputs/train/fl] episodes=20 output_dir=outputs/eval/fl
 
 Plays the run's env (its own env, scorer and agent settings; `env_id` swaps in another env with the same
-observations and actions, e.g. the test side of a train/test split) on held-out seeds `seed .. seed+episodes-1` (PPO and
+observations and actions, e.g. the test side of a train/test split, and `env_kwargs` other env settings, e.g. games
+never played in training) on held-out seeds `seed .. seed+episodes-1` (PPO and
 rft training episodes use seeds >= 1,000,000; seeds of a cloning run's demonstrations are refused) with: the trained
 scorer (its adapter, at `dtype`), the zero-shot scorer (both by `policy`: argmax, or a draw from q seeded by the
 episode's seed), `random`, and the best fixed control, picked on separate tuning seeds (`tuning_seed`, never
@@ -18,7 +19,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List
+from typing import Any, Dict, List
 
 import hydra
 from hydra.core.config_store import ConfigStore
@@ -49,6 +50,7 @@ class EvalConfig:
     dtype: str = "float32"  # the scorers' placement.dtype (auto: bf16 on CPUs with native bf16)
     policy: str = "argmax"  # how the trained and zero-shot scorers pick: argmax, or a draw from q
     env_id: str | None = None  # play this env instead of the run's (a test split: new objects, new games)
+    env_kwargs: Dict[str, Any] = field(default_factory=dict)  # over the run's env kwargs, e.g. {game_seed:1001}
     output_dir: str = "outputs/eval"
 
     def __post_init__(self) -> None:
@@ -119,12 +121,13 @@ def play(
         env.close()
 
 
-def env_overrides(run: dict, env_id: str | None = None) -> list[str]:
+def env_overrides(run: dict, env_id: str | None = None, env_kwargs: dict | None = None) -> list[str]:
     """Episode-config overrides that rebuild the training run's env and scorer settings (its env, or `env_id`
-    with the run's env settings)."""
+    with the run's env settings; `env_kwargs` over the run's env kwargs)."""
     env, scorer = run["env"], run["scorer"]
     out = [f"model.spec={run['model']['spec']}", f"env.id={env_id or env['id']}"]
-    out += [f"++env.kwargs.{k}={hydra_value(v)}" for k, v in env["kwargs"].items()]
+    kwargs = {**env["kwargs"], **(env_kwargs or {})}
+    out += [f"++env.kwargs.{k}={hydra_value(v)}" for k, v in kwargs.items()]
     if env.get("action_texts"):
         out.append("env.action_texts=[" + ",".join(env["action_texts"]) + "]")
     if env.get("task"):
@@ -196,7 +199,7 @@ def evaluate(folders: list[Path], summaries: list[dict], options: EvalConfig, ot
 
     others: more agents' episodes on the same held-out seeds (name -> episodes), paired like the baselines."""
     run = summaries[0]["config"]
-    base = ["env=gym", *env_overrides(run, options.env_id)]
+    base = ["env=gym", *env_overrides(run, options.env_id, dict(options.env_kwargs))]
     held = (options.seed, options.seed + options.episodes)
     used_seeds = demonstration_seeds(run)
     overlap = sorted(used_seeds & set(range(*held)))

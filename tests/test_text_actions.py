@@ -210,6 +210,38 @@ def test_textworld_refuses_a_missing_game(tmp_path):
         gym.make("jetgym/TextWorld-v0", game=str(missing))
 
 
+def test_textworld_games_are_picked_by_the_seed(textworld_game, tmp_path, monkeypatch):
+    """games=2 from game_seed 3: seed 0 plays game 3 (copied into the cache), seed 1 game 4 (made), seed 2 game 3."""
+    import shutil
+
+    from jetgym.envs.textworld import cache_dir
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cache_dir().mkdir(parents=True)
+    shutil.copy(textworld_game, cache_dir() / "tw-simple-dense-detailed-3.z8")
+    env = gym.make("jetgym/TextWorld-v0", game_seed=3, games=2)
+    openings = [env.reset(seed=seed)[1]["objective"] for seed in (0, 1, 2)]
+    assert openings[0] == openings[2] != openings[1]
+    assert (cache_dir() / "tw-simple-dense-detailed-4.z8").is_file()
+    env.close()
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"games": 0}, "env.kwargs.games must be a whole number >= 1, got 0"),
+        (
+            {"games": 2, "game": "a.z8"},
+            "env.kwargs.games plays tw-simple games made by seed: leave env.kwargs.game null",
+        ),
+    ],
+)
+def test_textworld_refuses_bad_games(kwargs, message):
+    pytest.importorskip("textworld")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        gym.make("jetgym/TextWorld-v0", **kwargs)
+
+
 def test_textworld_cleans_the_banner_and_prompt():
     from jetgym.envs.textworld import clean_text
 

@@ -881,6 +881,8 @@ def test_learning_benchmark_rebuilds_the_run_env():
     assert len(set(env_controls(["env=gym", "env.id=FrozenLake-v1"]))) == 4  # the env's own controls, no texts given
     other = to_config(compose("episode", ["env=gym", *env_overrides(run, "jetgym/BabyAI-GoToLocalTest-v0")]))
     assert other.env.id == "jetgym/BabyAI-GoToLocalTest-v0" and dict(other.env.kwargs) == kwargs  # a test split
+    games = to_config(compose("episode", ["env=gym", *env_overrides(run, None, {"map_name": "8x8", "games": 3})]))
+    assert dict(games.env.kwargs) == {**kwargs, "map_name": "8x8", "games": 3} and games.env.id == "FrozenLake-v1"
 
 
 def test_learning_benchmark_scorers_pick_by_the_policy_asked(tiny_folder, monkeypatch):
