@@ -7,9 +7,12 @@ API (also for training code): `describe_view(observation) -> str` takes one Mini
 
     Mission: go to the red ball.
     You face east. You carry nothing.
+    Named in the mission: the red ball 2 steps ahead and 1 to the left.
     You see: a wall right in front; a red ball 2 steps ahead and 1 to the left; a closed yellow door on the right.
 
-Only what the view holds is said, never the full map: every visible object (keys, balls, boxes, doors, goals,
+The third line finds each object the mission names (`the red ball`, `a key`, `the blue door`) in the view, the
+nearest match, so a policy can read where its target is without matching names across lines; it says `not in
+view` for one the view does not hold and `carried` for the one the agent holds. Only what the view holds is said, never the full map: every visible object (keys, balls, boxes, doors, goals,
 lava), nearest first (at most `max_items`), and of the walls only the nearest one straight ahead, to the left and
 to the right. `cell_place(ahead, across)` is the wording of one place ("2 steps ahead and 1 to the left").
 `make_describer("auto", env=...)` picks it for any observation space shaped like MiniGrid's (registered as
@@ -19,6 +22,7 @@ MiniGrid's (`minigrid.core.constants`, checked by the tests); minigrid itself is
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -31,6 +35,7 @@ DOOR_STATES = ("open", "closed", "locked")
 DIRECTIONS = ("east", "south", "west", "north")
 SILENT = {"unseen", "empty", "floor", "agent"}  # cells that say nothing
 MAX_ITEMS = 12
+NAMED = re.compile(r"\b(?:the|a|an)\s+(?:(red|green|blue|purple|yellow|grey)\s+)?(ball|box|key|door)\b")
 
 
 def cell_place(ahead: int, across: int) -> str:
@@ -95,6 +100,9 @@ def describe_view(observation: Any, max_items: int = MAX_ITEMS) -> str:
             things.append((ahead + abs(across), ahead, across, thing_text(obj, colour, state)))
     things += [(distance, ahead, across, "a wall") for distance, ahead, across in nearest_wall.values()]
     things.sort(key=lambda t: (t[0], abs(t[2]), t[2]))  # nearest first; at equal distance the straighter
+    named = named_places(str(observation["mission"]), things, carry)
+    if named:
+        lines.append(f"Named in the mission: {named}.")
     if things:
         lines.append(
             "You see: "
@@ -104,6 +112,20 @@ def describe_view(observation: Any, max_items: int = MAX_ITEMS) -> str:
     else:
         lines.append("You see nothing but empty floor.")
     return "\n".join(lines)
+
+
+def named_places(mission: str, things: list[tuple[int, int, int, str]], carry: str) -> str:
+    """`the red ball 2 steps ahead and 1 to the left; a key, not in view`: where the nearest visible match of each
+    object the mission names is (`things`: (distance, ahead, across, text), nearest first)."""
+    said = []
+    for colour, kind in dict.fromkeys(NAMED.findall(mission)):
+        name = f"{colour} {kind}" if colour else kind
+        wanted = re.compile(rf"\b{colour}\s+{kind}$" if colour else rf"\b{kind}$")
+        place = next((cell_place(a, x) for _, a, x, text in things if wanted.search(text)), None)
+        if wanted.search(carry):
+            place = "carried"
+        said.append(f"the {name} {place}" if place and place != "carried" else f"the {name}, {place or 'not in view'}")
+    return "; ".join(said)
 
 
 def fits_minigrid(space, env) -> bool:

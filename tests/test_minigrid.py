@@ -85,7 +85,8 @@ def test_only_the_nearest_wall_on_each_line_and_none_off_the_lines():
 def test_mission_heading_carried_object_and_empty_view():
     obs = view({}, direction=3, mission="pick up the blue key", carrying=(KEY, BLUE, 0))
     assert describe_view(obs) == (
-        "Mission: pick up the blue key.\nYou face north. You carry a blue key.\nYou see nothing but empty floor."
+        "Mission: pick up the blue key.\nYou face north. You carry a blue key.\n"
+        "Named in the mission: the blue key, carried.\nYou see nothing but empty floor."
     )
     assert "You carry nothing." in describe_view(view({}))
 
@@ -235,3 +236,13 @@ def test_goto_local_split_keeps_the_held_out_objects_for_the_test_side():
     assert not any(map(names_held_out, missions["Train"])) and all(map(names_held_out, missions["Test"]))
     assert len(set(missions["Train"])) > 10  # every other colour and kind still comes up
     assert {name for name in HELD_OUT if any(name in m for m in missions["Test"])} == set(HELD_OUT)
+
+
+def test_the_mission_s_objects_are_found_in_the_view():
+    obs = view({(2, -1): (BALL, RED, 0), (1, 1): (BALL, RED, 0), (3, 0): (BOX, BLUE, 0)}, mission="go to the red ball")
+    assert describe_view(obs).splitlines()[2] == "Named in the mission: the red ball 1 step ahead and 1 to the right."
+    pair = view({(3, 0): (BOX, BLUE, 0)}, mission="put the red ball next to a box")
+    assert "Named in the mission: the red ball, not in view; the box 3 steps ahead." in describe_view(pair)
+    held = view({}, mission="pick up the blue key then go to a box", carrying=(KEY, BLUE, 0))
+    assert "Named in the mission: the blue key, carried; the box, not in view." in describe_view(held)
+    assert "Named in the mission" not in describe_view(view({}, mission="get to the green goal square"))
