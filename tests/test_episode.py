@@ -25,6 +25,7 @@ def compose_episode(overrides=()):
 
 def test_groups():
     assert options("env") == [
+        "babyai_goto_local_train",
         "babyai_goto_obj",
         "babyai_goto_red_ball_grey",
         "babyai_pickup_loc",
