@@ -12,7 +12,9 @@ API (also for training code): `describe_view(observation) -> str` takes one Mini
 
 The third line finds each object the mission names (`the red ball`, `a key`, `the blue door`) in the view, the
 nearest match, so a policy can read where its target is without matching names across lines; it says `not in
-view` for one the view does not hold and `carried` for the one the agent holds. Only what the view holds is said, never the full map: every visible object (keys, balls, boxes, doors, goals,
+view` for one the view does not hold and `carried` for the one the agent holds.
+
+Only what the view holds is said, never the full map: every visible object (keys, balls, boxes, doors, goals,
 lava), nearest first (at most `max_items`), and of the walls only the nearest one straight ahead, to the left and
 to the right. `cell_place(ahead, across)` is the wording of one place ("2 steps ahead and 1 to the left").
 `make_describer("auto", env=...)` picks it for any observation space shaped like MiniGrid's (registered as
@@ -121,10 +123,9 @@ def named_places(mission: str, things: list[tuple[int, int, int, str]], carry: s
     for colour, kind in dict.fromkeys(NAMED.findall(mission)):
         name = f"{colour} {kind}" if colour else kind
         wanted = re.compile(rf"\b{colour}\s+{kind}$" if colour else rf"\b{kind}$")
-        place = next((cell_place(a, x) for _, a, x, text in things if wanted.search(text)), None)
-        if wanted.search(carry):
-            place = "carried"
-        said.append(f"the {name} {place}" if place and place != "carried" else f"the {name}, {place or 'not in view'}")
+        seen = (cell_place(a, x) for _, a, x, text in things if wanted.search(text))
+        place = "carried" if wanted.search(carry) else next(seen, None)
+        said.append(f"the {name}, {place or 'not in view'}" if place in (None, "carried") else f"the {name} {place}")
     return "; ".join(said)
 
 

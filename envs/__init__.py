@@ -1,8 +1,9 @@
 """Gymnasium wrappers and envs that turn tasks into scorer questions (cheap to import).
 
 When Gymnasium is installed, importing this package registers the jetgym ids below (ViZDoom scenarios, TextWorld
-games, BabyAI's GoToLocal split by object); `vizdoom` and `textworld` are imported only when one is made. Ids of other packages: `module:EnvId`
-(`split_env_id`) or `env.imports` (`import_env_modules`), checked by `check_env_id`.
+games, BabyAI's GoToLocal split by object); `vizdoom`, `textworld` and `minigrid` are imported only when one is
+made. Ids of other packages: `module:EnvId` (`split_env_id`) or `env.imports` (`import_env_modules`), checked by
+`check_env_id`.
 """
 
 from __future__ import annotations

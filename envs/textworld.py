@@ -3,7 +3,8 @@
 `TextWorldEnv(game=PATH)` plays a compiled TextWorld game (`.z8` / `.ulx`, made offline by TextWorld's `tw-make`);
 `game=None` makes (once, then reuses) a `tw-simple` game for `game_seed` in the user cache (`make_game`);
 `games=N` plays N such games, `game_seed .. game_seed+N-1`, the one of the reset's `seed % N` (each made when first
-played): train on one range of game seeds and evaluate on another, games never played in training. Registered as `jetgym/TextWorld-v0` (100 steps; `max_episode_steps=` to change).
+played): train on one range of game seeds and evaluate on another, games never played in training. Registered as
+`jetgym/TextWorld-v0` (100 steps; `max_episode_steps=` to change).
 
 API: observation `spaces.Text` = the game's answer to the last command (the opening text on reset: objective and
 first room), cleaned of TextWorld's banner and prompt line, printable ASCII; action `spaces.Text` = one command
