@@ -51,7 +51,12 @@ def test_every_env_agent_pair_composes(env, agent):
     named = ["env.id=CartPole-v1"] if env == "gym" else []  # the generic config names no env
     config = to_config(compose_episode([f"env={env}", f"agent={agent}", *named]))
     assert isinstance(config, EpisodeConfig) and config.agent.name == agent
-    assert config.env.id.startswith(("jetgym/Doom", "minigrid:")) or env in ("frozenlake", "gym", "taxi", "textworld")
+    assert config.env.id.startswith(("jetgym/Doom", "jetgym/BabyAI", "minigrid:")) or env in (
+        "frozenlake",
+        "gym",
+        "taxi",
+        "textworld",
+    )
 
 
 def test_defaults():
