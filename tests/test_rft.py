@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 
 import gymnasium as gym
 import pytest
@@ -510,30 +511,49 @@ def fit_case(learning_rate: float, **options):
 
 
 def test_cloning_stops_once_the_argmax_agrees_and_skips_what_already_agrees():
-    from jetgym.training.run import clone_to_fit
+    from jetgym.training.run import FitRecord, clone_to_fit
 
     policy, optimizer, cloned, options = fit_case(0.05, updates=100)
-    generator, fitted = torch.Generator().manual_seed(0), {}
-    first = clone_to_fit(policy, optimizer, cloned, fitted, options, False, Shards(), generator)
+    generator, record = torch.Generator().manual_seed(0), FitRecord()
+    first = clone_to_fit(policy, optimizer, cloned, record, options, False, Shards(), generator)
     assert (first.fresh, first.replayed, first.agreement) == (3, 0, 1.0)  # nothing fitted before: all three fresh
     assert 2 <= first.steps < 100  # one pass at least (every label was wrong), stopped at agreement, not the cap
-    assert sorted(fitted.values()) == sorted(k.decision.gold for k in cloned)
-    again = clone_to_fit(policy, optimizer, cloned, fitted, options, False, Shards(), generator)
+    assert sorted(record.fitted.values()) == sorted(k.decision.gold for k in cloned) and record.missed == {}
+    again = clone_to_fit(policy, optimizer, cloned, record, options, False, Shards(), generator)
     assert (again.fresh, again.replayed, again.steps, again.agreement) == (0, 2, 0, 1.0)  # a minibatch re-checked
     assert again.loss < math.log(2)  # two candidates, the label ahead: q(label) > 1/2
 
 
 def test_cloning_that_cannot_fit_stops_at_the_cap():
-    from jetgym.training.run import clone_to_fit
+    from jetgym.training.run import FitRecord, clone_to_fit
 
     policy, optimizer, cloned, options = fit_case(1e-12, updates=5)
-    fitted: dict = {}
-    fit = clone_to_fit(policy, optimizer, cloned, fitted, options, False, Shards(), torch.Generator().manual_seed(0))
-    assert (fit.steps, fit.agreement, fitted) == (5, 0.0, {})
+    record = FitRecord()
+    fit = clone_to_fit(policy, optimizer, cloned, record, options, False, Shards(), torch.Generator().manual_seed(0))
+    assert (fit.steps, fit.agreement, record.fitted) == (5, 0.0, {})
     one_pass = clone_to_fit(
-        policy, optimizer, cloned, {}, RFTOptions(updates=1, minibatch=2), False, Shards(), torch.Generator()
+        policy, optimizer, cloned, FitRecord(), RFTOptions(updates=1, minibatch=2), False, Shards(), torch.Generator()
     )
     assert one_pass.steps == 2  # the cap is at least one pass over the round's decisions
+
+
+def test_labels_that_never_fit_leave_the_fresh_set_after_their_tries():
+    """A round's cost follows what it adds: labels missed in `tries` rounds are replayed by sample, not re-cloned
+    whole each round, while a new question or a changed label is fresh again."""
+    from jetgym.training.run import FitRecord, clone_to_fit
+
+    policy, optimizer, cloned, options = fit_case(1e-12, updates=1, tries=2, replay_ratio=0)
+    record, generator = FitRecord(), torch.Generator().manual_seed(0)
+    fits = [clone_to_fit(policy, optimizer, cloned, record, options, False, Shards(), generator) for _ in range(4)]
+    assert [(f.fresh, f.replayed) for f in fits] == [(3, 0), (3, 0), (0, 2), (0, 2)]  # then a minibatch of the rest
+    assert [f.steps for f in fits] == [2, 2, 1, 1] and all(f.agreement == 0 for f in fits)
+    assert sorted(record.missed.values()) == sorted((k.decision.gold, 2) for k in cloned)
+    flipped = [rft.Kept(replace(cloned[0].decision, gold=1 - cloned[0].decision.gold), 1.0, 1)] + cloned[1:]
+    new = rft.Kept(Question(context="Choose. room 9", candidates=["go west", "go east"], gold=0), 1.0, 1)
+    fit = clone_to_fit(policy, optimizer, flipped + [new], record, options, False, Shards(), generator)
+    assert fit.fresh == 2  # the changed label and the new question
+    restored = FitRecord.from_rows(json.loads(json.dumps(record.rows())))
+    assert (restored.fitted, restored.missed) == (record.fitted, record.missed)
 
 
 def test_fit_options_refuse_bad_values():
@@ -545,3 +565,5 @@ def test_fit_options_refuse_bad_values():
         RFTOptions(replay_ratio=-1)
     with pytest.raises(ValueError, match="train.updates must be >= 1, got 0"):
         RFTOptions(updates=0)
+    with pytest.raises(ValueError, match="train.tries must be >= 1, got 0"):
+        RFTOptions(tries=0)

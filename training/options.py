@@ -93,8 +93,9 @@ class RFTOptions:
     round visited with several actions, the action of best mean return to go when it beats the question's mean,
     weighted by that advantage); `gamma`: the discount of values and returns to go (each episode is still kept by
     its whole return); `replay`: the most kept episode decisions pooled. Each round clones to fit: the decisions
-    whose label the clone has not yet matched (new questions, changed labels, earlier misses) and `replay_ratio`
-    times as many (at least `minibatch`) drawn from the rest, in shuffled passes of `minibatch` decisions, until a
+    whose label the clone has not yet matched (new questions, changed labels, earlier misses cloned so in fewer than
+    `tries` rounds: a label that does not fit, such as an exploring step of a kept episode, joins the rest) and
+    `replay_ratio` times as many (at least `minibatch`) drawn from the rest, in shuffled passes of `minibatch` decisions, until a
     share `fit` of them has its argmax on the label, at most `updates` optimizer steps (or one pass, when that is
     more); none when they already agree before any step."""
 
@@ -108,6 +109,7 @@ class RFTOptions:
     replay: int = 512
     updates: int = 32
     fit: float = 1.0
+    tries: int = 2
     replay_ratio: float = 1.0
     minibatch: int = 8
     learning_rate: float = 1e-3
@@ -117,7 +119,10 @@ class RFTOptions:
     def __post_init__(self):
         _check_schedule(self)
         _check(
-            self, ("group", "seeds_per_round", "num_envs", "replay", "updates", "minibatch"), lambda v: v >= 1, ">= 1"
+            self,
+            ("group", "seeds_per_round", "num_envs", "replay", "updates", "tries", "minibatch"),
+            lambda v: v >= 1,
+            ">= 1",
         )
         _check(self, ("explore", "gamma"), lambda v: 0 <= v <= 1, "in [0, 1]")
         _check(self, ("fit",), lambda v: 0 < v <= 1, "in (0, 1]")

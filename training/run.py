@@ -24,7 +24,7 @@ import math
 import os
 import shutil
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -459,7 +459,7 @@ def run_rft(
         done, steps = state.get("update", 0), state.get("env_steps", 0)
         pool = rft.Pool(options.replay, state.get("pool", ()))
         transitions = Transitions(state.get("transitions", ()))
-        fitted = {bytes.fromhex(key): gold for key, gold in state.get("fitted", ())}
+        record = FitRecord.from_rows(state)
         asked = set(state.get("questions", ()))  # digests of every question text played
         seen = dict(state.get("seen", {"episodes": 0, "kept": 0, "best_return": None, "success_signal": False}))
         bar = tqdm(
@@ -503,7 +503,7 @@ def run_rft(
                 planned = [rft.Kept(label.decision, label.value, 0) for label in transitions.labels(options.gamma)]
             cloned = rft.with_planned(pool, planned)
             rate = set_learning_rate(optimizer, learning_rate_at(options, steps, env_steps))
-            fit = clone_to_fit(policy, optimizer, cloned, fitted, options, autocast, shards, generator)
+            fit = clone_to_fit(policy, optimizer, cloned, record, options, autocast, shards, generator)
             fitting = time.monotonic()
             measured = {f"check_{k}": v for k, v in memo_counts(policy).items()}  # the fit's measure, not play
             done += 1
@@ -553,7 +553,7 @@ def run_rft(
                             "seen": seen,
                             "pool": pool.rows(),
                             "transitions": transitions.rows(),
-                            "fitted": [[key.hex(), gold] for key, gold in fitted.items()],
+                            **record.rows(),
                             "questions": sorted(asked),
                             "generator": generator.get_state().tolist(),
                         },
@@ -614,20 +614,63 @@ class Fit:
         }
 
 
+@dataclass
+class FitRecord:
+    """Per question key (`rft.state_key`): the label its argmax last agreed with (`fitted`) and, for one not
+    fitted, its label and the rounds it was cloned as fresh without fitting (`missed`)."""
+
+    fitted: dict = field(default_factory=dict)
+    missed: dict = field(default_factory=dict)
+
+    def rows(self) -> dict:
+        return {
+            "fitted": [[key.hex(), gold] for key, gold in self.fitted.items()],
+            "missed": [[key.hex(), gold, rounds] for key, (gold, rounds) in self.missed.items()],
+        }
+
+    @classmethod
+    def from_rows(cls, state: dict) -> "FitRecord":
+        return cls(
+            {bytes.fromhex(key): gold for key, gold in state.get("fitted", ())},
+            {bytes.fromhex(key): (gold, rounds) for key, gold, rounds in state.get("missed", ())},
+        )
+
+    def is_fresh(self, key: bytes, gold, tries: int) -> bool:
+        """Not fitted to `gold`, and not yet missed `tries` rounds with this label."""
+        missed_gold, rounds = self.missed.get(key, (gold, 0))
+        return self.fitted.get(key) != gold and (missed_gold != gold or rounds < tries)
+
+    def update(self, key: bytes, gold, agreed: bool, was_fresh: bool) -> None:
+        if agreed:
+            self.fitted[key] = gold
+            self.missed.pop(key, None)
+            return
+        self.fitted.pop(key, None)
+        before = self.missed.get(key, (None, 0))
+        rounds = before[1] if before[0] == gold else 0
+        self.missed[key] = (gold, rounds + was_fresh)
+
+    def keep_only(self, keys: set) -> None:
+        for book in (self.fitted, self.missed):
+            for key in set(book) - keys:  # left the pool
+                del book[key]
+
+
 def clone_to_fit(
-    policy, optimizer, cloned: list, fitted: dict, options: RFTOptions, autocast, shards, generator
+    policy, optimizer, cloned: list, record: FitRecord, options: RFTOptions, autocast, shards, generator
 ) -> Fit:
-    """Clone a round's decisions (`rft.Kept`) until a share `options.fit` of them agree with their labels: those
-    not yet fitted (`fitted`: question key -> the label its argmax last agreed with, updated here) and a sample of
-    the rest (`options.replay_ratio` times as many, at least a minibatch), so a round costs what it adds, not the
-    whole pool. They are measured first through the scorer (free for questions the round played: the weights have
-    not moved since); none agreeing short of the target, shuffled passes of `options.minibatch` train them, each
-    step measuring its minibatch before it, until the latest measures reach the target or `options.updates` steps
-    (at least one pass) are taken."""
+    """Clone a round's decisions (`rft.Kept`) until a share `options.fit` of them agree with their labels: the
+    fresh ones (not yet fitted to their label, and cloned as fresh in fewer than `options.tries` rounds; `record`
+    is updated here) and a sample of the rest (`options.replay_ratio` times as many, at least a minibatch), so a
+    round costs what it adds, not the whole pool, nor every label that never fits. They are measured first
+    through the scorer (free for questions the round played: the weights have not moved since); none agreeing
+    short of the target, shuffled passes of `options.minibatch` train them, each step measuring its minibatch
+    before it, until the latest measures reach the target or `options.updates` steps (at least one pass) are
+    taken."""
     from . import rft
 
     keys = [rft.state_key(k.decision) for k in cloned]
-    fresh = [i for i, key in enumerate(keys) if fitted.get(key) != cloned[i].decision.gold]
+    fresh = [i for i, key in enumerate(keys) if record.is_fresh(key, cloned[i].decision.gold, options.tries)]
     rest = sorted(set(range(len(cloned))) - set(fresh))
     wanted = min(len(rest), max(options.minibatch, math.ceil(options.replay_ratio * len(fresh))))
     replayed = [rest[i] for i in torch.randperm(len(rest), generator=generator)[:wanted].tolist()]
@@ -656,13 +699,9 @@ def clone_to_fit(
             steps += 1
             if sum(agreed) >= options.fit * len(chosen) or steps >= cap:
                 break
-    for k, key, a in zip(chosen, (keys[i] for i in fresh + replayed), agreed):
-        if a:
-            fitted[key] = k.decision.gold
-        else:
-            fitted.pop(key, None)
-    for key in set(fitted) - set(keys):  # left the pool
-        del fitted[key]
+    for n, (i, a) in enumerate(zip(fresh + replayed, agreed)):
+        record.update(keys[i], cloned[i].decision.gold, a, n < len(fresh))
+    record.keep_only(set(keys))
     return Fit(len(fresh), len(replayed), steps, sum(agreed) / len(chosen), sum(nll) / len(nll))
 
 
