@@ -95,9 +95,10 @@ class RFTOptions:
     its whole return); `replay`: the most kept episode decisions pooled. Each round clones to fit: the decisions
     whose label the clone has not yet matched (new questions, changed labels, earlier misses cloned so in fewer than
     `tries` rounds: a label that does not fit, such as an exploring step of a kept episode, joins the rest) and
-    `replay_ratio` times as many (at least `minibatch`) drawn from the rest, in shuffled passes of `minibatch` decisions, until a
-    share `fit` of them has its argmax on the label, at most `updates` optimizer steps (or one pass, when that is
-    more); none when they already agree before any step."""
+    `replay_ratio` times as many (at least `minibatch`) drawn from the rest, in shuffled passes of `minibatch`
+    decisions, until a share `fit` of them (not counting those missed in all their tries) has its argmax on the
+    label, at most `updates` optimizer steps (or one pass over the fresh ones, when that is more); none when they
+    already agree before any step."""
 
     group: int = 4
     seeds_per_round: int = 8

@@ -659,14 +659,14 @@ class FitRecord:
 def clone_to_fit(
     policy, optimizer, cloned: list, record: FitRecord, options: RFTOptions, autocast, shards, generator
 ) -> Fit:
-    """Clone a round's decisions (`rft.Kept`) until a share `options.fit` of them agree with their labels: the
-    fresh ones (not yet fitted to their label, and cloned as fresh in fewer than `options.tries` rounds; `record`
+    """Clone a round's decisions (`rft.Kept`) until a share `options.fit` of them agree with their labels (those
+    missed in all their tries are trained but not waited for): the fresh ones (not yet fitted to their label, and cloned as fresh in fewer than `options.tries` rounds; `record`
     is updated here) and a sample of the rest (`options.replay_ratio` times as many, at least a minibatch), so a
     round costs what it adds, not the whole pool, nor every label that never fits. They are measured first
     through the scorer (free for questions the round played: the weights have not moved since); none agreeing
     short of the target, shuffled passes of `options.minibatch` train them, each step measuring its minibatch
-    before it, until the latest measures reach the target or `options.updates` steps (at least one pass) are
-    taken."""
+    before it, until the latest measures reach the target or `options.updates` steps (at least one pass over the
+    fresh ones) are taken."""
     from . import rft
 
     keys = [rft.state_key(k.decision) for k in cloned]
@@ -677,11 +677,19 @@ def clone_to_fit(
     chosen = [cloned[i] for i in fresh + replayed]
     if not chosen:
         return Fit(0, 0, 0, None, None)
+    # the target counts the fresh and the replayed that were fitted; one missed in all its tries is not waited for
+    counted = [
+        n < len(fresh) or record.fitted.get(keys[i]) == cloned[i].decision.gold for n, i in enumerate(fresh + replayed)
+    ]
+
+    def short() -> bool:
+        return sum(a for a, c in zip(agreed, counted) if c) < options.fit * sum(counted)
+
     agreed, nll = measure(policy.scorer, [k.decision for k in chosen], shards)
     size = min(options.minibatch, len(chosen))
-    cap = max(options.updates, -(-len(chosen) // size))
+    cap = max(options.updates, -(-len(fresh) // size))  # one pass over the fresh ones at least
     steps = 0
-    while sum(agreed) < options.fit * len(chosen) and steps < cap:
+    while short() and steps < cap:
         order = torch.randperm(len(chosen), generator=generator).tolist()
         for start in range(0, len(order), size):
             batch = order[start : start + size]
@@ -697,7 +705,7 @@ def clone_to_fit(
             for i, a, n in zip(batch, step.agreed, step.nll):
                 agreed[i], nll[i] = a, n
             steps += 1
-            if sum(agreed) >= options.fit * len(chosen) or steps >= cap:
+            if not short() or steps >= cap:
                 break
     for n, (i, a) in enumerate(zip(fresh + replayed, agreed)):
         record.update(keys[i], cloned[i].decision.gold, a, n < len(fresh))
