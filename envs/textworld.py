@@ -10,7 +10,8 @@ API: observation `spaces.Text` = the game's answer to the last command (the open
 first room), cleaned of TextWorld's banner and prompt line, printable ASCII; action `spaces.Text` = one command
 string; `info["admissible_commands"]` = the commands admissible now (a different list at every step), which
 `jetgym.envs.candidates.CandidateActions` turns into the candidate set. reward = the score gained by the step;
-terminated when the game is won or lost (`info["is_success"]` = won); `info["score"]`, `info["max_score"]`,
+terminated when the game is won or lost (`info["is_success"]` = won, at every step, so an episode cut by a time
+limit counts as not won whatever its points); `info["score"]`, `info["max_score"]`,
 `info["objective"]`. A game is deterministic: the seed only picks the game. `textworld` is imported when an env is
 made.
 """
@@ -117,15 +118,13 @@ class TextWorldEnv(gym.Env):
         self._env = textworld.start(self.game, request_infos=infos)
 
     def _info(self, state) -> dict:
-        info = {
+        return {
             "admissible_commands": list(state["admissible_commands"] or []),
             "score": int(state["score"] or 0),
             "max_score": int(state["max_score"] or 0),
             "objective": str(state["objective"] or ""),
+            "is_success": bool(state["won"]),  # at every step: an episode the time limit cuts was not won
         }
-        if state["won"] or state["lost"]:
-            info["is_success"] = bool(state["won"])
-        return info
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)

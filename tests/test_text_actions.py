@@ -195,6 +195,7 @@ def test_textworld_game_gives_commands_and_scores(textworld_game):
     opening = next((c for c in first if c.startswith("open ")), first[0])
     obs, reward, terminated, truncated, info = env.step(opening)
     assert isinstance(obs, str) and reward >= 0 and info["candidates"].texts != ()
+    assert info["is_success"] is False and not terminated  # not won yet, said at every step (a cut episode: no win)
     agent = make_agent("random")
     episodes = rollout(env, agent, 2, seed=0, progress=False)
     assert [e["length"] for e in episodes] == [5, 5] or any(e["terminated"] for e in episodes)
