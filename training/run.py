@@ -646,9 +646,8 @@ class FitRecord:
             self.missed.pop(key, None)
             return
         self.fitted.pop(key, None)
-        before = self.missed.get(key, (None, 0))
-        rounds = before[1] if before[0] == gold else 0
-        self.missed[key] = (gold, rounds + was_fresh)
+        missed_gold, rounds = self.missed.get(key, (gold, 0))
+        self.missed[key] = (gold, (rounds if missed_gold == gold else 0) + was_fresh)
 
     def keep_only(self, keys: set) -> None:
         for book in (self.fitted, self.missed):
@@ -660,8 +659,8 @@ def clone_to_fit(
     policy, optimizer, cloned: list, record: FitRecord, options: RFTOptions, autocast, shards, generator
 ) -> Fit:
     """Clone a round's decisions (`rft.Kept`) until a share `options.fit` of them agree with their labels (those
-    missed in all their tries are trained but not waited for): the fresh ones (not yet fitted to their label, and cloned as fresh in fewer than `options.tries` rounds; `record`
-    is updated here) and a sample of the rest (`options.replay_ratio` times as many, at least a minibatch), so a
+    missed in all their tries are trained but not waited for): the fresh ones (not yet fitted to their label, and
+    cloned as fresh in fewer than `options.tries` rounds; `record` is updated here) and a sample of the rest (`options.replay_ratio` times as many, at least a minibatch), so a
     round costs what it adds, not the whole pool, nor every label that never fits. They are measured first
     through the scorer (free for questions the round played: the weights have not moved since); none agreeing
     short of the target, shuffled passes of `options.minibatch` train them, each step measuring its minibatch
@@ -674,18 +673,17 @@ def clone_to_fit(
     rest = sorted(set(range(len(cloned))) - set(fresh))
     wanted = min(len(rest), max(options.minibatch, math.ceil(options.replay_ratio * len(fresh))))
     replayed = [rest[i] for i in torch.randperm(len(rest), generator=generator)[:wanted].tolist()]
-    chosen = [cloned[i] for i in fresh + replayed]
+    picked = fresh + replayed
+    chosen = [cloned[i] for i in picked]
     if not chosen:
         return Fit(0, 0, 0, None, None)
     # the target counts the fresh and the replayed that were fitted; one missed in all its tries is not waited for
-    counted = [
-        n < len(fresh) or record.fitted.get(keys[i]) == cloned[i].decision.gold for n, i in enumerate(fresh + replayed)
-    ]
+    counted = [n < len(fresh) or record.fitted.get(keys[i]) == cloned[i].decision.gold for n, i in enumerate(picked)]
+    agreed, nll = measure(policy.scorer, [k.decision for k in chosen], shards)
 
     def short() -> bool:
         return sum(a for a, c in zip(agreed, counted) if c) < options.fit * sum(counted)
 
-    agreed, nll = measure(policy.scorer, [k.decision for k in chosen], shards)
     size = min(options.minibatch, len(chosen))
     cap = max(options.updates, -(-len(fresh) // size))  # one pass over the fresh ones at least
     steps = 0
@@ -707,7 +705,7 @@ def clone_to_fit(
             steps += 1
             if not short() or steps >= cap:
                 break
-    for n, (i, a) in enumerate(zip(fresh + replayed, agreed)):
+    for n, (i, a) in enumerate(zip(picked, agreed)):
         record.update(keys[i], cloned[i].decision.gold, a, n < len(fresh))
     record.keep_only(set(keys))
     return Fit(len(fresh), len(replayed), steps, sum(agreed) / len(chosen), sum(nll) / len(nll))
