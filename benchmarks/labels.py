@@ -2,8 +2,8 @@
 
 rft clones labels it builds from reward alone: the kept episodes' actions (loop-erased, `Pool`) and, with
 `train.advantage=plan`, the best played action at every question played with several actions (`Transitions`).
-This plays rft's rounds exactly as `jetgym train algorithm=rft` builds them (`rft.play_round`, the same seeds,
-groups, keep rule and optimistic explorer), with a uniform scorer standing in for the model (member 0 of each
+This plays rft's rounds exactly as `jetgym train algorithm=rft` builds them (`rft.play_round` and `rft.label_round`:
+the same seeds, groups, keep rule, optimistic explorer and labels), with a uniform scorer standing in for the model (member 0 of each
 group then plays uniformly, as an untrained prior would). At every step an oracle reads the env's full grid:
 a breadth-first search over (cell, heading) to the places that face an object the mission names; an action is
 right when it shortens that route by one step. A label is scored by the share of its question's visits at which
@@ -134,21 +134,17 @@ def measure(env_id: str, env_steps: int, seed: int, keep: str) -> list[dict]:
         played = rft.play_round([env], agent, scorer, seeds, options, 1.0, seed, env_steps - steps, None, explorer)
         round_ += 1
         steps += sum(len(e.rewards) for e in played)
-        kept = rft.kept_episodes(played, keep)
-        pool.add([d for e in kept for d in rft.loop_erased(e, options.gamma)])
-        for episode in played:
-            transitions.add(episode.decisions, episode.rewards, episode.terminated)
-        planned = [rft.Kept(label.decision, label.value, 0) for label in transitions.labels(options.gamma)]
+        labelled = rft.label_round(played, pool, transitions, options)
         ended = [e for e in played if e.ended]
         rows.append(
             {
                 "round": round_,
                 "env_steps": steps,
                 "success_rate": round(sum(e.success for e in ended) / len(ended), 3) if ended else None,
-                "kept_episodes": len(kept),
-                "planned": accuracy(planned, agent.right),
+                "kept_episodes": len(labelled.kept),
+                "planned": accuracy(labelled.planned, agent.right),
                 "pool": accuracy(pool.kept(), agent.right),
-                "cloned": accuracy(rft.with_planned(pool, planned), agent.right),
+                "cloned": accuracy(labelled.cloned, agent.right),
             }
         )
         print(rows[-1], flush=True)
@@ -164,7 +160,7 @@ def report(rows: list[dict], env_id: str, keep: str, seed: int) -> str:
         f"How often rft's labels name a shortest-route action: `{env_id}`, `train.keep={keep}`, training seed {seed},"
         " no model (member 0 of each group plays uniformly), every other rft setting at its default. A label's score"
         " is the share of its question's visits at which it was right; in brackets, the labels counted. The last"
-        " round is cut at the budget.",
+        " round is cut at the budget. One training seed; nothing is timed and no constant is fitted here.",
         "",
         "| round | env steps | success | kept episodes | planned | pool (kept episodes) | cloned by default | chance |",
         "|---|---|---|---|---|---|---|---|",

@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -295,6 +295,31 @@ def with_planned(pool: Pool, planned: Sequence[Kept]) -> list[Kept]:
     """What a round clones: the planned labels (`advantage=plan`), then the pool's decisions at other questions."""
     keys = {state_key(k.decision) for k in planned}
     return list(planned) + [k for k in pool.kept() if state_key(k.decision) not in keys]
+
+
+class Labelled(NamedTuple):
+    """What one round's play gives to clone: the kept episodes, the step-group and planned decisions, how many
+    questions were new to the pool, and what the round clones (`with_planned`)."""
+
+    kept: list[Played]
+    stepped: list[Kept]
+    planned: list[Kept]
+    new: int
+    cloned: list[Kept]
+
+
+def label_round(played: Sequence[Played], pool: Pool, transitions, options: RFTOptions) -> Labelled:
+    """Steps 2-3 of a round (module notes): keep, pool the loop-erased kept decisions (and step groups), add every
+    episode to `transitions` and plan on them (`advantage=plan`), and list what is cloned."""
+    kept = kept_episodes(played, options.keep)
+    stepped = step_groups(played, options.gamma) if options.advantage == "step-group" else []
+    new = pool.add([d for e in kept for d in loop_erased(e, options.gamma)] + stepped)
+    planned = []
+    if options.advantage == "plan":
+        for episode in played:
+            transitions.add(episode.decisions, episode.rewards, episode.terminated)
+        planned = [Kept(label.decision, label.value, 0) for label in transitions.labels(options.gamma)]
+    return Labelled(kept, stepped, planned, new, with_planned(pool, planned))
 
 
 def kept_from_row(row: dict) -> Kept:

@@ -493,15 +493,7 @@ def run_rft(
             counts = memo_counts(policy)
             collected = time.monotonic()
             asked.update(question_digest(d.context) for e in played for d in e.decisions)
-            kept = rft.kept_episodes(played, options.keep)
-            stepped = rft.step_groups(played, options.gamma) if options.advantage == "step-group" else []
-            new = pool.add([d for e in kept for d in rft.loop_erased(e, options.gamma)] + stepped)
-            planned = []
-            if options.advantage == "plan":
-                for episode in played:
-                    transitions.add(episode.decisions, episode.rewards, episode.terminated)
-                planned = [rft.Kept(label.decision, label.value, 0) for label in transitions.labels(options.gamma)]
-            cloned = rft.with_planned(pool, planned)
+            kept, stepped, planned, new, cloned = rft.label_round(played, pool, transitions, options)
             rate = set_learning_rate(optimizer, learning_rate_at(options, steps, env_steps))
             fit = clone_to_fit(policy, optimizer, cloned, record, options, autocast, shards, generator)
             fitting = time.monotonic()
