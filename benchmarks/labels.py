@@ -10,6 +10,9 @@ right when it shortens that route by one step. A label is scored by the share of
 it was right (one question can stand for several places that look alike). Chance is the share of right actions
 among the seven. Per round: the planned labels, the pool's labels (kept episodes alone, what
 `train.advantage=episode` clones) and what a round clones by default (planned first, the pool elsewhere).
+What a round clones is also scored by situation (`situation`: the describer's line on where the named object
+is, distances above one step alike): within each situation, how often each label is right, and how often the
+situation's most frequent label is, which is what a clone that generalised from the situation alone would play.
 
     .venv/bin/python -m benchmarks.labels --docs
     .venv/bin/python -m benchmarks.labels --env-steps 2000 --keep top:0.25
@@ -19,7 +22,8 @@ from __future__ import annotations
 
 import argparse
 import platform
-from collections import defaultdict
+import re
+from collections import Counter, defaultdict
 from types import SimpleNamespace
 
 import numpy as np
@@ -113,6 +117,42 @@ def accuracy(items, right: dict) -> dict:
     }
 
 
+def situation(context: str) -> str:
+    """Where the first object the mission names is, from the describer's `Named in the mission:` line, with every
+    distance above one step written `N` (`N steps ahead and 1 to the left`, `not in view`); '' without it."""
+    line = next((ln for ln in context.splitlines() if ln.startswith("Named in the mission:")), "")
+    place = re.search(r"\d+ steps? [^;]*|on the [^;]*|not in view|carried", line)
+    return re.sub(r"\b([2-9]|\d{2,})\b", "N", place.group(0).rstrip(".")) if place else ""
+
+
+def by_situation(items, right: dict) -> dict:
+    """What `accuracy` says of labels whose named object is in view, and how often the most frequent label of
+    their situation (ties: the lowest action) is right, over the same labels."""
+    from jetgym.training.plan import state_key
+
+    scored = []
+    for item in items:
+        visits = [r for r in right[state_key(item.decision)] if r]
+        place = situation(item.decision.context)
+        if visits and "not in view" not in place:
+            scored.append((place, item.decision.gold, visits))
+    counts: dict[str, Counter] = defaultdict(Counter)
+    for place, gold, _ in scored:
+        counts[place][gold] += 1
+    majority = {place: min(c, key=lambda a: (-c[a], a)) for place, c in counts.items()}
+
+    def share(pick) -> float | None:
+        hits = [np.mean([pick(place, gold) in r for r in visits]) for place, gold, visits in scored]
+        return round(float(np.mean(hits)), 3) if hits else None
+
+    return {
+        "labels": len(scored),
+        "situations": len(counts),
+        "right": share(lambda place, gold: gold),
+        "majority_right": share(lambda place, gold: majority[place]),
+    }
+
+
 def measure(env_id: str, env_steps: int, seed: int, keep: str) -> list[dict]:
     """One row per round: success, and the accuracy of the planned, pool and cloned labels so far."""
     import gymnasium as gym
@@ -145,6 +185,7 @@ def measure(env_id: str, env_steps: int, seed: int, keep: str) -> list[dict]:
                 "planned": accuracy(labelled.planned, agent.right),
                 "pool": accuracy(pool.kept(), agent.right),
                 "cloned": accuracy(labelled.cloned, agent.right),
+                "in_view": by_situation(labelled.cloned, agent.right),
             }
         )
         print(rows[-1], flush=True)
@@ -160,15 +201,22 @@ def report(rows: list[dict], env_id: str, keep: str, seed: int) -> str:
         f"How often rft's labels name a shortest-route action: `{env_id}`, `train.keep={keep}`, training seed {seed},"
         " no model (member 0 of each group plays uniformly), every other rft setting at its default. A label's score"
         " is the share of its question's visits at which it was right; in brackets, the labels counted. The last"
-        " round is cut at the budget. One training seed; nothing is timed and no constant is fitted here.",
+        " round is cut at the budget. The last two columns take the cloned labels whose named object is in view and"
+        " group them by where it is (distances above one step alike: `N steps ahead and 1 to the left`, the"
+        " situations in brackets): each label's score, then the score of its situation's most frequent label, what"
+        " a clone that played each situation's majority would get. One training seed; nothing is timed and no"
+        " constant is fitted here.",
         "",
-        "| round | env steps | success | kept episodes | planned | pool (kept episodes) | cloned by default | chance |",
-        "|---|---|---|---|---|---|---|---|",
+        "| round | env steps | success | kept episodes | planned | pool (kept episodes) | cloned by default | chance"
+        " | cloned, in view | its situation's majority |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        view = r["in_view"]
         lines.append(
             f"| {r['round']} | {r['env_steps']} | {r['success_rate']} | {r['kept_episodes']} | {cell(r['planned'])}"
-            f" | {cell(r['pool'])} | {cell(r['cloned'])} | {r['cloned']['chance']} |"
+            f" | {cell(r['pool'])} | {cell(r['cloned'])} | {r['cloned']['chance']} | {cell(view)}"
+            f" | {'-' if view['majority_right'] is None else view['majority_right']} ({view['situations']}) |"
         )
     lines += ["", f"Command: `python -m benchmarks.labels --env-steps {rows[-1]['env_steps']} --keep {keep}`"]
     lines.append(f"Machine: {platform.processor() or platform.machine()}; no torch work (seconds, not minutes).")

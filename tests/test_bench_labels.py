@@ -50,9 +50,42 @@ def test_rounds_score_every_kind_of_label(tmp_path):
                 assert score["right"] is None and score["chance"] is None
             else:
                 assert 0 <= score["right"] <= 1 and 0 < score["chance"] < 1
+        view = row["in_view"]
+        assert view["labels"] <= row["cloned"]["labels"] and view["situations"] <= max(view["labels"], 1)
     last = rounds[-1]["cloned"]
     assert last["labels"] > 0 and last["right"] > last["chance"]  # better than chance
     assert "| round | env steps |" in (tmp_path / "rft-labels.md").read_text()
+
+
+def test_situations_group_labels_by_where_the_named_object_is():
+    from types import SimpleNamespace
+
+    from benchmarks.labels import by_situation, situation
+    from jetgym.scorers import Question
+    from jetgym.training.plan import state_key
+
+    assert situation("Mission: x.\nNamed in the mission: the red ball 12 steps ahead and 1 to the left.") == (
+        "N steps ahead and 1 to the left"
+    )
+    assert (
+        situation("Named in the mission: the key 1 step to the right; the box, not in view.") == "1 step to the right"
+    )
+    assert situation("Named in the mission: the red ball, not in view.") == "not in view"
+    assert situation("You see nothing but empty floor.") == ""
+
+    def item(place: str, gold: int):
+        context = f"Named in the mission: the red ball {place}.\nYou see: a wall {gold + 10 * len(place)} steps ahead."
+        return SimpleNamespace(decision=Question(context=context, candidates=("left", "right", "forward"), gold=gold))
+
+    left = "2 steps to the left"
+    items = [item(left, 0), item(left, 0), item(left, 1), item("3 steps to the left", 2), item(", not in view", 0)]
+    right = {state_key(k.decision): [frozenset({0})] for k in items}  # turning left is right everywhere
+    scores = by_situation(items, right)
+    # the not-in-view label is left out; 'N steps to the left' holds four labels, two of them right; its majority
+    # (turn left, two of four) is right for all four
+    assert scores == {"labels": 4, "situations": 1, "right": 0.5, "majority_right": 1.0}
+    tied = by_situation(items[2:4], right)  # one label each of 1 and 2: the tie goes to the lower action, 1
+    assert tied["majority_right"] == 0.0
 
 
 def test_bad_steps_are_refused(capsys):
