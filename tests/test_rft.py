@@ -535,6 +535,13 @@ def test_cloning_that_cannot_fit_stops_at_the_cap():
         policy, optimizer, cloned, FitRecord(), RFTOptions(updates=1, minibatch=2), False, Shards(), torch.Generator()
     )
     assert one_pass.steps == 2  # the cap is at least one pass over the round's decisions
+    played = clone_to_fit(
+        policy, optimizer, cloned, FitRecord(), options, False, Shards(), torch.Generator(), played_steps=200
+    )
+    assert played.steps == 7  # and one step per 32 env steps the round played: ceil(200 / 32)
+    slower = replace(options, env_steps_per_update=100)  # ceil(200 / 100) = 2: the 5 updates are more
+    capped = clone_to_fit(policy, optimizer, cloned, FitRecord(), slower, False, Shards(), torch.Generator(), 200)
+    assert capped.steps == 5
 
 
 def test_labels_that_never_fit_leave_the_fresh_set_after_their_tries():
@@ -567,3 +574,5 @@ def test_fit_options_refuse_bad_values():
         RFTOptions(updates=0)
     with pytest.raises(ValueError, match="train.tries must be >= 1, got 0"):
         RFTOptions(tries=0)
+    with pytest.raises(ValueError, match="train.env_steps_per_update must be >= 1, got 0"):
+        RFTOptions(env_steps_per_update=0)

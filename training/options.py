@@ -97,7 +97,8 @@ class RFTOptions:
     `tries` rounds: a label that does not fit, such as an exploring step of a kept episode, joins the rest) and
     `replay_ratio` times as many (at least `minibatch`) drawn from the rest, in shuffled passes of `minibatch`
     decisions, until a share `fit` of them (not counting those missed in all their tries) has its argmax on the
-    label, at most `updates` optimizer steps (or one pass over the fresh ones, when that is more); none when they
+    label, at most `updates` optimizer steps, or one per `env_steps_per_update` env steps the round played, or one
+    pass over the fresh ones, whichever is most (so a round's cloning costs what its play did); none when they
     already agree before any step."""
 
     group: int = 4
@@ -109,6 +110,7 @@ class RFTOptions:
     gamma: float = 0.95
     replay: int = 512
     updates: int = 32
+    env_steps_per_update: int = 32
     fit: float = 1.0
     tries: int = 2
     replay_ratio: float = 1.0
@@ -121,7 +123,7 @@ class RFTOptions:
         _check_schedule(self)
         _check(
             self,
-            ("group", "seeds_per_round", "num_envs", "replay", "updates", "tries", "minibatch"),
+            ("group", "seeds_per_round", "num_envs", "replay", "updates", "env_steps_per_update", "tries", "minibatch"),
             lambda v: v >= 1,
             ">= 1",
         )

@@ -495,11 +495,11 @@ def run_rft(
             asked.update(question_digest(d.context) for e in played for d in e.decisions)
             kept, stepped, planned, new, cloned = rft.label_round(played, pool, transitions, options)
             rate = set_learning_rate(optimizer, learning_rate_at(options, steps, env_steps))
-            fit = clone_to_fit(policy, optimizer, cloned, record, options, autocast, shards, generator)
+            played_steps = sum(len(e.rewards) for e in played)
+            fit = clone_to_fit(policy, optimizer, cloned, record, options, autocast, shards, generator, played_steps)
             fitting = time.monotonic()
             measured = {f"check_{k}": v for k, v in memo_counts(policy).items()}  # the fit's measure, not play
             done += 1
-            played_steps = sum(len(e.rewards) for e in played)
             steps += played_steps
             ended = [e for e in played if e.ended]  # not the ones the budget cut
             returns = [e.total for e in ended]
@@ -648,7 +648,15 @@ class FitRecord:
 
 
 def clone_to_fit(
-    policy, optimizer, cloned: list, record: FitRecord, options: RFTOptions, autocast, shards, generator
+    policy,
+    optimizer,
+    cloned: list,
+    record: FitRecord,
+    options: RFTOptions,
+    autocast,
+    shards,
+    generator,
+    played_steps: int = 0,
 ) -> Fit:
     """Clone a round's decisions (`rft.Kept`) until a share `options.fit` of them agree with their labels (those
     missed in all their tries are trained but not waited for): the fresh ones (not yet fitted to their label, and
@@ -656,8 +664,9 @@ def clone_to_fit(
     (`options.replay_ratio` times as many, at least a minibatch), so a round costs what it adds, not the whole pool, nor every label that never fits. They are measured first
     through the scorer (free for questions the round played: the weights have not moved since); none agreeing
     short of the target, shuffled passes of `options.minibatch` train them, each step measuring its minibatch
-    before it, until the latest measures reach the target or `options.updates` steps (at least one pass over the
-    fresh ones) are taken."""
+    before it, until the latest measures reach the target or the cap: `options.updates` steps, or one per
+    `options.env_steps_per_update` of the round's `played_steps`, or one pass over the fresh ones, whichever is
+    most."""
     from . import rft
 
     keys = [rft.state_key(k.decision) for k in cloned]
@@ -677,7 +686,7 @@ def clone_to_fit(
         return sum(a for a, c in zip(agreed, counted) if c) < options.fit * sum(counted)
 
     size = min(options.minibatch, len(chosen))
-    cap = max(options.updates, -(-len(fresh) // size))  # one pass over the fresh ones at least
+    cap = max(options.updates, -(-played_steps // options.env_steps_per_update), -(-len(fresh) // size))
     steps = 0
     while short() and steps < cap:
         order = torch.randperm(len(chosen), generator=generator).tolist()
