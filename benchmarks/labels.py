@@ -153,6 +153,21 @@ def by_situation(items, right: dict) -> dict:
     }
 
 
+def wrong_planned(planned, right: dict, transitions) -> dict:
+    """Of the planned labels right at fewer than half their visits: how many stand where some right action was
+    played (it was planned lower) and where none ever was."""
+    from jetgym.training.plan import state_key
+
+    counts = {"right_action_played": 0, "right_action_never_played": 0}
+    for item in planned:
+        key = state_key(item.decision)
+        visits = [r for r in right[key] if r]
+        if visits and np.mean([item.decision.gold in r for r in visits]) < 0.5:
+            played = frozenset().union(*visits) & set(transitions.edges.get(key, ()))
+            counts["right_action_played" if played else "right_action_never_played"] += 1
+    return counts
+
+
 def measure(env_id: str, env_steps: int, seed: int, keep: str) -> list[dict]:
     """One row per round: success, and the accuracy of the planned, pool and cloned labels so far."""
     import gymnasium as gym
@@ -186,6 +201,7 @@ def measure(env_id: str, env_steps: int, seed: int, keep: str) -> list[dict]:
                 "pool": accuracy(pool.kept(), agent.right),
                 "cloned": accuracy(labelled.cloned, agent.right),
                 "in_view": by_situation(labelled.cloned, agent.right),
+                "planned_wrong": wrong_planned(labelled.planned, agent.right, transitions),
             }
         )
         print(rows[-1], flush=True)
@@ -218,6 +234,13 @@ def report(rows: list[dict], env_id: str, keep: str, seed: int) -> str:
             f" | {cell(r['pool'])} | {cell(r['cloned'])} | {r['cloned']['chance']} | {cell(view)}"
             f" | {'-' if view['majority_right'] is None else view['majority_right']} ({view['situations']}) |"
         )
+    wrong = rows[-1]["planned_wrong"]
+    lines += [
+        "",
+        f"Of the last round's planned labels right at fewer than half their visits, {wrong['right_action_never_played']}"
+        f" stand where no right action was ever played and {wrong['right_action_played']} where one was played but"
+        " planned lower (what followed it was played less).",
+    ]
     lines += ["", f"Command: `python -m benchmarks.labels --env-steps {rows[-1]['env_steps']} --keep {keep}`"]
     lines.append(f"Machine: {platform.processor() or platform.machine()}; no torch work (seconds, not minutes).")
     return "\n".join(lines)

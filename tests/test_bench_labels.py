@@ -50,6 +50,8 @@ def test_rounds_score_every_kind_of_label(tmp_path):
                 assert score["right"] is None and score["chance"] is None
             else:
                 assert 0 <= score["right"] <= 1 and 0 < score["chance"] < 1
+        wrong = row["planned_wrong"]
+        assert sum(wrong.values()) <= row["planned"]["labels"]
         view = row["in_view"]
         assert view["labels"] <= row["cloned"]["labels"] and view["situations"] <= max(view["labels"], 1)
     last = rounds[-1]["cloned"]
