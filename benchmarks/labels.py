@@ -12,7 +12,7 @@ among the seven. Per round: the planned labels, the pool's labels (kept episodes
 `train.advantage=episode` clones) and what a round clones by default (planned first, the pool elsewhere).
 What a round clones is also scored by situation (`situation`: the describer's line on where the named object
 is, distances above one step alike): within each situation, how often each label is right, and how often the
-situation's most frequent label is, which is what a clone that generalised from the situation alone would play.
+most frequent of the situation's other labels is, which is what a clone that generalised from the situation alone would play.
 
     .venv/bin/python -m benchmarks.labels --docs
     .venv/bin/python -m benchmarks.labels --env-steps 2000 --keep top:0.25
@@ -126,8 +126,9 @@ def situation(context: str) -> str:
 
 
 def by_situation(items, right: dict) -> dict:
-    """What `accuracy` says of labels whose named object is in view, and how often the most frequent label of
-    their situation (ties: the lowest action) is right, over the same labels."""
+    """What `accuracy` says of labels whose named object is in view, and how often the most frequent label of the
+    other labels of their situation (ties: the lowest action) is right: left out of the majority it is judged
+    by, so no label votes for itself (a label alone in its situation is not judged this way)."""
     from jetgym.training.plan import state_key
 
     scored = []
@@ -139,17 +140,20 @@ def by_situation(items, right: dict) -> dict:
     counts: dict[str, Counter] = defaultdict(Counter)
     for place, gold, _ in scored:
         counts[place][gold] += 1
-    majority = {place: min(c, key=lambda a: (-c[a], a)) for place, c in counts.items()}
+
+    def others(place: str, gold: int) -> int | None:
+        votes = counts[place] - Counter({gold: 1})
+        return min(votes, key=lambda a: (-votes[a], a)) if votes else None
 
     def share(pick) -> float | None:
-        hits = [np.mean([pick(place, gold) in r for r in visits]) for place, gold, visits in scored]
+        hits = [np.mean([pick(p, g) in r for r in v]) for p, g, v in scored if pick(p, g) is not None]
         return round(float(np.mean(hits)), 3) if hits else None
 
     return {
         "labels": len(scored),
         "situations": len(counts),
         "right": share(lambda place, gold: gold),
-        "majority_right": share(lambda place, gold: majority[place]),
+        "majority_right": share(others),
     }
 
 
@@ -219,8 +223,9 @@ def report(rows: list[dict], env_id: str, keep: str, seed: int) -> str:
         " is the share of its question's visits at which it was right; in brackets, the labels counted. The last"
         " round is cut at the budget. The last two columns take the cloned labels whose named object is in view and"
         " group them by where it is (distances above one step alike: `N steps ahead and 1 to the left`, the"
-        " situations in brackets): each label's score, then the score of its situation's most frequent label, what"
-        " a clone that played each situation's majority would get. One training seed; nothing is timed and no"
+        " situations in brackets): each label's score, then the score of the most frequent label among the other"
+        " labels of its situation (the label itself left out), what a clone that played each situation's majority"
+        " would get. One training seed; nothing is timed and no"
         " constant is fitted here.",
         "",
         "| round | env steps | success | kept episodes | planned | pool (kept episodes) | cloned by default | chance"
