@@ -145,6 +145,8 @@ def test_episodes_cut_by_the_budget_are_marked_and_the_round_row_leaves_them_out
     run_rft(policy, envs, agent, options, tmp_path, env_steps=9, progress=False)
     (row,) = rows_of(tmp_path)
     assert row["cut_episodes"] >= 1
+    ended = row["episodes"] - row["cut_episodes"]  # the clone's 32-step floor shrinks to the share that ended
+    assert row["clone_steps"] <= max(math.ceil(32 * ended / 4), 1, math.ceil(row["fresh_decisions"] / 8))
     if row["cut_episodes"] == row["episodes"]:  # nothing ended: no return or success to report, not 0
         assert row["mean_return"] is row["success_rate"] is row["best_return"] is None
 
@@ -542,6 +544,8 @@ def test_cloning_that_cannot_fit_stops_at_the_cap():
     slower = replace(options, env_steps_per_update=100)  # ceil(200 / 100) = 2: the 5 updates are more
     capped = clone_to_fit(policy, optimizer, cloned, FitRecord(), slower, False, Shards(), torch.Generator(), 200)
     assert capped.steps == 5
+    cut = clone_to_fit(policy, optimizer, cloned, FitRecord(), options, False, Shards(), torch.Generator(), 3, 0.2)
+    assert cut.steps == 2  # a round the budget cut at a fifth of its episodes: ceil(5 * 0.2) = 1, then one pass
 
 
 def test_labels_that_never_fit_leave_the_fresh_set_after_their_tries():

@@ -97,9 +97,10 @@ class RFTOptions:
     `tries` rounds: a label that does not fit, such as an exploring step of a kept episode, joins the rest) and
     `replay_ratio` times as many (at least `minibatch`) drawn from the rest, in shuffled passes of `minibatch`
     decisions, until a share `fit` of them (not counting those missed in all their tries) has its argmax on the
-    label, at most `updates` optimizer steps, or one per `env_steps_per_update` env steps the round played, or one
-    pass over the fresh ones, whichever is most (so a round's cloning costs what its play did); none when they
-    already agree before any step."""
+    label, at most `updates` optimizer steps (in proportion to the episodes played to their end, when the budget
+    cuts a round), or one per `env_steps_per_update` env steps the round played, or one pass over the fresh ones,
+    whichever is most (so a round's cloning costs what its play did); none when they already agree before any
+    step."""
 
     group: int = 4
     seeds_per_round: int = 8

@@ -496,7 +496,10 @@ def run_rft(
             kept, stepped, planned, new, cloned = rft.label_round(played, pool, transitions, options)
             rate = set_learning_rate(optimizer, learning_rate_at(options, steps, env_steps))
             played_steps = sum(len(e.rewards) for e in played)
-            fit = clone_to_fit(policy, optimizer, cloned, record, options, autocast, shards, generator, played_steps)
+            share = sum(e.ended for e in played) / (options.group * options.seeds_per_round)
+            fit = clone_to_fit(
+                policy, optimizer, cloned, record, options, autocast, shards, generator, played_steps, share
+            )
             fitting = time.monotonic()
             measured = {f"check_{k}": v for k, v in memo_counts(policy).items()}  # the fit's measure, not play
             done += 1
@@ -657,6 +660,7 @@ def clone_to_fit(
     shards,
     generator,
     played_steps: int = 0,
+    round_share: float = 1.0,
 ) -> Fit:
     """Clone a round's decisions (`rft.Kept`) until a share `options.fit` of them agree with their labels (those
     missed in all their tries are trained but not waited for): the fresh ones (not yet fitted to their label, and
@@ -664,9 +668,10 @@ def clone_to_fit(
     (`options.replay_ratio` times as many, at least a minibatch), so a round costs what it adds, not the whole pool, nor every label that never fits. They are measured first
     through the scorer (free for questions the round played: the weights have not moved since); none agreeing
     short of the target, shuffled passes of `options.minibatch` train them, each step measuring its minibatch
-    before it, until the latest measures reach the target or the cap: `options.updates` steps, or one per
-    `options.env_steps_per_update` of the round's `played_steps`, or one pass over the fresh ones, whichever is
-    most."""
+    before it, until the latest measures reach the target or the cap: `options.updates` steps (times
+    `round_share`, the share of the round's episodes played to their end, below 1 when the budget cut the round),
+    or one per `options.env_steps_per_update` of the round's `played_steps`, or one pass over the fresh ones,
+    whichever is most."""
     from . import rft
 
     keys = [rft.state_key(k.decision) for k in cloned]
@@ -686,7 +691,8 @@ def clone_to_fit(
         return sum(a for a, c in zip(agreed, counted) if c) < options.fit * sum(counted)
 
     size = min(options.minibatch, len(chosen))
-    cap = max(options.updates, -(-played_steps // options.env_steps_per_update), -(-len(fresh) // size))
+    floor = math.ceil(options.updates * round_share)
+    cap = max(floor, -(-played_steps // options.env_steps_per_update), -(-len(fresh) // size))
     steps = 0
     while short() and steps < cap:
         order = torch.randperm(len(chosen), generator=generator).tolist()
