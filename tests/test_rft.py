@@ -304,6 +304,7 @@ def test_rft_learns_the_rewarded_action(tmp_path):
     question = agent.question(0, envs[0].reset(seed=0)[1]["candidates"])
     assert json.loads((tmp_path / "questions.json").read_text()) == [question_digest(question.context)]
     assert summary["questions_played"] == 1  # the bandit asks one question
+    assert (summary["labels"], summary["label_agreement"]) == (1, 1.0)  # the final argmax on every label: east
     fits = [(r["fresh_decisions"], r["clone_steps"], r["clone_agreement"]) for r in rows]
     assert fits[0][0] == 1 and fits[0][1] >= 1 and fits[1:] == [(0, 0, 1.0)] * 5  # fitted once, then only checked
     assert (tmp_path / "learning_curve.png").exists() and (tmp_path / "adapter" / "jetgym_adapter.json").exists()

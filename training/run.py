@@ -470,6 +470,7 @@ def run_rft(
             disable=not (progress and shards.writer),
         )
         started = time.monotonic()
+        cloned: list = []  # the last round's labels
 
         def advance(n: int) -> None:  # this rank's steps, as they are played
             bar.update(min(n, max(env_steps - bar.n, 0)))
@@ -567,6 +568,7 @@ def run_rft(
                 rft.nothing_kept(steps, seen["episodes"], seen["best_return"], options.keep, seen["success_signal"])
             )
         last = next((row for row in reversed(rows) if row["success_rate"] is not None), {})
+        agreed = measure(policy.scorer, [k.decision for k in cloned], shards)[0] if cloned else []
         summary = {
             "algorithm": "rft",
             "rounds": done,
@@ -581,6 +583,8 @@ def run_rft(
             "last_mean_return": last.get("mean_return"),
             "last_success_rate": last.get("success_rate"),
             "questions_played": len(asked),
+            "labels": len(agreed),  # every label of the last round (pool and planned), and the final argmax on them
+            "label_agreement": round(sum(agreed) / len(agreed), 4) if agreed else None,
         }
         if not shards.writer:
             return summary
