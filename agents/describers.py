@@ -343,9 +343,15 @@ def _offset(dr: int, dc: int, words: tuple[str, str, str, str] = ("north", "sout
     return " and ".join(parts) if parts else "right here"
 
 
+def _from_taxi(dr: int, dc: int) -> str:
+    """`2 rows south of the taxi`, or `at the taxi`."""
+    return f"{_offset(dr, dc)} of the taxi" if dr or dc else "at the taxi"
+
+
 @register_describer("taxi", _is_family("Taxi"))
 def taxi(space, env=None, perception: str = "describe", digits: int = 4) -> Describe:
-    """Taxi position, passenger (at a stop or in the taxi), destination, and where they are from the taxi."""
+    """Taxi position, passenger (at a stop or in the taxi), destination, where they are from the taxi, and the next
+    stop (the passenger until picked up, then the destination) with its offset."""
 
     def text(observation) -> str:
         state = int(observation)  # ((taxi_row * 5 + taxi_col) * 5 + passenger) * 4 + destination (documented)
@@ -359,11 +365,11 @@ def taxi(space, env=None, perception: str = "describe", digits: int = 4) -> Desc
         else:
             pname, prow, pcol = TAXI_STOPS[passenger]
             lines.append(
-                f"The passenger waits at {pname} (row {prow}, column {pcol}): {_offset(prow - row, pcol - col)} of the taxi."
+                f"The passenger waits at {pname} (row {prow}, column {pcol}): {_from_taxi(prow - row, pcol - col)}."
             )
-        lines.append(
-            f"The destination is {name} (row {drow}, column {dcol}): {_offset(drow - row, dcol - col)} of the taxi."
-        )
+        lines.append(f"The destination is {name} (row {drow}, column {dcol}): {_from_taxi(drow - row, dcol - col)}.")
+        stop, (srow, scol) = ("the destination", (drow, dcol)) if passenger == 4 else ("the passenger", (prow, pcol))
+        lines.append(f"Next stop: {stop}, {_offset(srow - row, scol - col)}.")
         return "\n".join(lines)
 
     return text

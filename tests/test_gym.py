@@ -340,7 +340,14 @@ def test_toy_text_describers_read_the_observation_only():
     assert make_describer(env=taxi_env)(state) == (
         "The taxi is at row 2, column 1 of the 5x5 grid (row 0 is north, column 0 is west).\n"
         "The passenger is in the taxi.\nThe destination is B (row 4, column 3): 2 rows south and 2 columns east of the taxi."
+        "\nNext stop: the destination, 2 rows south and 2 columns east."
     )
+    waiting = make_describer(env=taxi_env)(taxi_env.unwrapped.encode(0, 0, 0, 3)).splitlines()  # at R, waiting there
+    assert waiting[1:] == [
+        "The passenger waits at R (row 0, column 0): at the taxi.",
+        "The destination is B (row 4, column 3): 4 rows south and 3 columns east of the taxi.",
+        "Next stop: the passenger, right here.",
+    ]
 
 
 def test_cliffwalking_describer_says_where_the_goal_and_the_cliff_are():
