@@ -267,9 +267,12 @@ class Decision:
         if self.gold is None:
             return None
         gold_text = self.candidates[self.gold]
+        return self.nll_of([i for i, text in enumerate(self.candidates) if text == gold_text])
+
+    def nll_of(self, indices: Sequence[int]) -> float:
+        """-log of the total probability of the candidates at `indices` (log-sum-exp over the scores)."""
         scaled = [s / self.temperature for s in self.corrected]
-        gold = [s for text, s in zip(self.candidates, scaled) if text == gold_text]
-        return logsumexp(scaled) - logsumexp(gold)
+        return logsumexp(scaled) - logsumexp([scaled[i] for i in indices])
 
     @property
     def correct(self) -> bool | None:

@@ -153,3 +153,28 @@ def test_the_explorer_finds_a_goal_that_uniform_play_misses():
     assert play_tabular(env(), uniform, 8000, explore=False) == 0 and uniform.labels(0.95) == []
     assert play_tabular(env(), explored, 8000, explore=True) > 0
     assert len(explored.labels(0.95)) > 40
+
+
+def test_equally_good_actions_are_the_labels_ties_and_the_clone_may_take_any():
+    """Two of three actions reach the goal at once: the label is the lowest of them, the other its tie, and
+    cloning scores the pair together (the loss is -log of their summed probability; the argmax agrees on either)."""
+    import torch
+
+    from jetgym.training.rft import Kept
+    from jetgym.training.sft import gold_nll
+
+    def three(gold: int) -> Question:
+        return Question(context="at A", candidates=["x", "y", "z"], gold=gold)
+
+    transitions = Transitions()
+    for action, reward in ((2, 1), (1, 0), (0, 1)):
+        transitions.add([three(action)], [reward], terminated=True)
+    (label,) = transitions.labels(0.9)
+    assert (label.decision.gold, label.ties, label.value) == (0, (2,), pytest.approx(1.0))
+    kept = Kept(label.decision, label.value, 0, ties=label.ties)
+    assert kept.accepted() == [0, 2]
+    log_q = torch.log_softmax(torch.tensor([0.5, 2.0, -1.0]), dim=0)
+    (nll,) = gold_nll([log_q], [kept.decision], [kept.accepted()]).tolist()
+    assert nll == pytest.approx(-float(torch.log(log_q.exp()[0] + log_q.exp()[2])), rel=1e-6)
+    (alone,) = gold_nll([log_q], [kept.decision]).tolist()  # without the ties: the gold's text only
+    assert alone == pytest.approx(-float(log_q[0]), rel=1e-6)

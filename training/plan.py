@@ -40,11 +40,13 @@ class Edge:
 
 @dataclass(frozen=True)
 class Label:
-    """A question (gold: its best action), that action's value, and its lead over the mean of the played ones."""
+    """A question (gold: its best action), that action's value, its lead over the mean of the played ones, and
+    the other played actions of the same value (`ties`: equally short routes)."""
 
     decision: Question
     value: float
     advantage: float
+    ties: tuple[int, ...] = ()
 
 
 class Transitions:
@@ -143,17 +145,18 @@ class Transitions:
             out[key] = [a for a, v in enumerate(values) if v >= top - 1e-9]
         return out
 
-    def labels(self, gamma: float) -> list[Label]:
-        """At every state played with more than one action whose values differ, the best action (ties: the
-        lowest index)."""
+    def labels(self, gamma: float, tolerance: float = 1e-6) -> list[Label]:
+        """At every state played with more than one action whose values differ, the best action (gold: the lowest
+        index of those within `tolerance` of the best value, the others its `ties`)."""
         values = self.planned(gamma)
         out = []
         for key, question in self.questions.items():
             actions = values[key]
-            best = max(sorted(actions), key=lambda a: actions[a])
-            advantage = actions[best] - sum(actions.values()) / len(actions)
+            top = max(actions.values())
+            best, *ties = sorted(a for a, v in actions.items() if v >= top - tolerance)
+            advantage = top - sum(actions.values()) / len(actions)
             if advantage > 1e-9:
-                out.append(Label(replace(question, gold=best), actions[best], advantage))
+                out.append(Label(replace(question, gold=best), top, advantage, tuple(ties)))
         return out
 
     def rows(self) -> list[dict]:

@@ -182,12 +182,18 @@ def kept_episodes(played: Sequence[Played], keep: str) -> list[Played]:
 @dataclass(frozen=True)
 class Kept:
     """A kept decision (gold: the action taken) and what followed it in its episode: the return and the steps
-    to the episode's end."""
+    to the episode's end; `ties`: other actions cloned as equally right (a planned label's equally good ones)."""
 
     decision: Question
     return_to_go: float
     steps_to_go: int
     weight: float = 1.0
+    ties: tuple[int, ...] = ()
+
+    def accepted(self) -> list[int]:
+        """The candidate indices the clone may put its argmax on: the gold's text and every tie's."""
+        texts = {self.decision.candidates[i] for i in (int(self.decision.gold), *self.ties)}
+        return [i for i, text in enumerate(self.decision.candidates) if text in texts]
 
     def better_than(self, other: "Kept") -> bool:
         """More return to go, then fewer steps to it; a tie goes to the newer (`self`)."""
@@ -318,7 +324,7 @@ def label_round(played: Sequence[Played], pool: Pool, transitions, options: RFTO
     if options.advantage == "plan":
         for episode in played:
             transitions.add(episode.decisions, episode.rewards, episode.terminated)
-        planned = [Kept(label.decision, label.value, 0) for label in transitions.labels(options.gamma)]
+        planned = [Kept(label.decision, label.value, 0, ties=label.ties) for label in transitions.labels(options.gamma)]
     return Labelled(kept, stepped, planned, new, with_planned(pool, planned))
 
 

@@ -46,7 +46,7 @@ from .data_parallel import Shards
 from .evaluation import QUESTIONS, question_digest
 from .options import PPOOptions, RFTOptions, SFTOptions, learning_rate_at
 from .ppo import Rollout, Rollouts, update
-from .sft import check_labelled, evaluate_questions, fit_step, sft_step
+from .sft import check_labelled, evaluate_questions, fit_step, gold_indices, sft_step
 
 TRAIN_LOG = "train.jsonl"
 SUMMARY = "summary.json"
@@ -568,7 +568,8 @@ def run_rft(
                 rft.nothing_kept(steps, seen["episodes"], seen["best_return"], options.keep, seen["success_signal"])
             )
         last = next((row for row in reversed(rows) if row["success_rate"] is not None), {})
-        agreed = measure(policy.scorer, [k.decision for k in cloned], shards)[0] if cloned else []
+        accepted = [k.accepted() for k in cloned]
+        agreed = measure(policy.scorer, [k.decision for k in cloned], shards, accepted)[0] if cloned else []
         summary = {
             "algorithm": "rft",
             "rounds": done,
@@ -689,7 +690,8 @@ def clone_to_fit(
         return Fit(0, 0, 0, None, None)
     # the target counts the fresh and the replayed that were fitted; one missed in all its tries is not waited for
     counted = [n < len(fresh) or record.fitted.get(keys[i]) == cloned[i].decision.gold for n, i in enumerate(picked)]
-    agreed, nll = measure(policy.scorer, [k.decision for k in chosen], shards)
+    accepted = [k.accepted() for k in chosen]
+    agreed, nll = measure(policy.scorer, [k.decision for k in chosen], shards, accepted)
 
     def short() -> bool:
         return sum(a for a, c in zip(agreed, counted) if c) < options.fit * sum(counted)
@@ -710,6 +712,7 @@ def clone_to_fit(
                 autocast,
                 shards,
                 [chosen[i].weight for i in batch],
+                [accepted[i] for i in batch],
             )
             for i, a, n in zip(batch, step.agreed, step.nll):
                 agreed[i], nll[i] = a, n
@@ -722,16 +725,19 @@ def clone_to_fit(
     return Fit(len(fresh), len(replayed), steps, sum(agreed) / len(chosen), sum(nll) / len(nll))
 
 
-def measure(scorer, questions: list, shards: Shards) -> tuple[list[bool], list[float]]:
+def measure(
+    scorer, questions: list, shards: Shards, accepted: Sequence[Sequence[int]] | None = None
+) -> tuple[list[bool], list[float]]:
     """Each question's argmax agreement with its gold and gold NLL through the scorer (inference, no gradient),
-    asked without the gold so that a memoized scorer reuses the round's decisions."""
+    asked without the gold so that a memoized scorer reuses the round's decisions. `accepted`: per question, the
+    candidate indices that count as its gold (default: the gold's text)."""
+    golds = list(accepted) if accepted is not None else [gold_indices(q) for q in questions]
 
     def judge(part: list) -> list[tuple[bool, float]]:
-        asked = scorer.decide_many([replace(q, gold=None) for q in part])
-        judged = [replace(d, gold=q.gold) for d, q in zip(asked, part)]
-        return [(bool(d.correct), float(d.gold_nll)) for d in judged]
+        asked = scorer.decide_many([replace(q, gold=None) for q, _ in part])
+        return [(d.choice in g, d.nll_of(g)) for d, (_, g) in zip(asked, part)]
 
-    scored = shards.map(judge, questions)
+    scored = shards.map(judge, list(zip(questions, golds)))
     return [a for a, _ in scored], [n for _, n in scored]
 
 

@@ -42,9 +42,13 @@ def check_labelled(questions: Sequence[Question], what: str) -> None:
         gold_indices(question)
 
 
-def gold_nll(log_q: Sequence[torch.Tensor], questions: Sequence[Question]) -> torch.Tensor:
-    """The gold NLL of each question (log-sum-exp over the equivalent gold candidates)."""
-    return torch.stack([-torch.logsumexp(lq[torch.tensor(gold_indices(q))], dim=0) for lq, q in zip(log_q, questions)])
+def gold_nll(
+    log_q: Sequence[torch.Tensor], questions: Sequence[Question], accepted: Sequence[Sequence[int]] | None = None
+) -> torch.Tensor:
+    """The gold NLL of each question (log-sum-exp over the equivalent gold candidates, or over its `accepted`
+    candidate indices)."""
+    golds = accepted or [gold_indices(q) for q in questions]
+    return torch.stack([-torch.logsumexp(lq[torch.tensor(list(g))], dim=0) for lq, g in zip(log_q, golds)])
 
 
 def sft_step(
@@ -79,18 +83,21 @@ def fit_step(
     autocast: bool = False,
     shards: Shards = Shards(),
     weights: Sequence[float] | None = None,
+    accepted: Sequence[Sequence[int]] | None = None,
 ) -> Step:
-    """`sft_step` that also reports each question's gold NLL and argmax agreement (summed over the ranks)."""
+    """`sft_step` that also reports each question's gold NLL and argmax agreement (summed over the ranks).
+    `accepted`: per question, the candidate indices that count as its gold (default: the gold's text)."""
     optimizer.zero_grad(set_to_none=True)
     indices = shards.mine(len(questions))
     mine = [questions[i] for i in indices]
+    golds = [accepted[i] for i in indices] if accepted is not None else [gold_indices(q) for q in mine]
     total, nll_of, agreed = 0.0, [0.0] * len(questions), [0.0] * len(questions)
     if mine:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             log_q = policy.evaluate(mine).log_q
-            nll = gold_nll(log_q, mine)
-            for i, lq, q, value in zip(indices, log_q, mine, nll.detach().tolist()):
-                nll_of[i], agreed[i] = value, float(int(torch.argmax(lq.detach())) in gold_indices(q))
+            nll = gold_nll(log_q, mine, golds)
+            for i, lq, g, value in zip(indices, log_q, golds, nll.detach().tolist()):
+                nll_of[i], agreed[i] = value, float(int(torch.argmax(lq.detach())) in g)
             if weights is not None:
                 nll = nll * torch.tensor([float(weights[i]) for i in indices], dtype=nll.dtype)
             loss = nll.sum() / len(questions)
