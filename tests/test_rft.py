@@ -581,3 +581,17 @@ def test_fit_options_refuse_bad_values():
         RFTOptions(tries=0)
     with pytest.raises(ValueError, match="train.env_steps_per_update must be >= 1, got 0"):
         RFTOptions(env_steps_per_update=0)
+
+
+def test_a_label_whose_tie_the_argmax_already_takes_is_fitted_without_a_step():
+    """Equally good actions (a planned label's ties) count together: labels against the zero-shot argmax need
+    steps, but the same labels with the argmax as a tie already agree, so the round takes none."""
+    from jetgym.training.run import FitRecord, clone_to_fit
+
+    policy, optimizer, cloned, options = fit_case(0.05, updates=100)
+    tied = [replace(k, ties=(1 - k.decision.gold,)) for k in cloned]
+    assert [k.accepted() for k in tied] == [[0, 1]] * 3
+    fit = clone_to_fit(policy, optimizer, tied, FitRecord(), options, False, Shards(), torch.Generator().manual_seed(0))
+    assert (fit.fresh, fit.steps, fit.agreement) == (3, 0, 1.0)
+    untied = clone_to_fit(policy, optimizer, cloned, FitRecord(), options, False, Shards(), torch.Generator())
+    assert untied.steps >= 2  # the same labels alone: every one missed before the first step
