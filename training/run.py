@@ -617,7 +617,8 @@ class Fit:
 @dataclass
 class FitRecord:
     """Per question key (`rft.state_key`): the label its argmax last agreed with (`fitted`) and, for one not
-    fitted, its label and the rounds it was cloned as fresh without fitting (`missed`)."""
+    fitted, its label and the rounds it was cloned as fresh without fitting (`missed`). A label is the list of
+    candidate indices that count as agreeing (`rft.Kept.accepted`), so a label whose ties narrow is a new one."""
 
     fitted: dict = field(default_factory=dict)
     missed: dict = field(default_factory=dict)
@@ -680,7 +681,8 @@ def clone_to_fit(
     from . import rft
 
     keys = [rft.state_key(k.decision) for k in cloned]
-    fresh = [i for i, key in enumerate(keys) if record.is_fresh(key, cloned[i].decision.gold, options.tries)]
+    labels = [k.accepted() for k in cloned]  # a label is what counts as agreeing: narrowed ties make it fresh again
+    fresh = [i for i, key in enumerate(keys) if record.is_fresh(key, labels[i], options.tries)]
     rest = sorted(set(range(len(cloned))) - set(fresh))
     wanted = min(len(rest), max(options.minibatch, math.ceil(options.replay_ratio * len(fresh))))
     replayed = [rest[i] for i in torch.randperm(len(rest), generator=generator)[:wanted].tolist()]
@@ -689,8 +691,8 @@ def clone_to_fit(
     if not chosen:
         return Fit(0, 0, 0, None, None)
     # the target counts the fresh and the replayed that were fitted; one missed in all its tries is not waited for
-    counted = [n < len(fresh) or record.fitted.get(keys[i]) == cloned[i].decision.gold for n, i in enumerate(picked)]
-    accepted = [k.accepted() for k in chosen]
+    counted = [n < len(fresh) or record.fitted.get(keys[i]) == labels[i] for n, i in enumerate(picked)]
+    accepted = [labels[i] for i in picked]
     agreed, nll = measure(policy.scorer, [k.decision for k in chosen], shards, accepted)
 
     def short() -> bool:
@@ -720,7 +722,7 @@ def clone_to_fit(
             if not short() or steps >= cap:
                 break
     for n, (i, a) in enumerate(zip(picked, agreed)):
-        record.update(keys[i], cloned[i].decision.gold, a, n < len(fresh))
+        record.update(keys[i], labels[i], a, n < len(fresh))
     record.keep_only(set(keys))
     return Fit(len(fresh), len(replayed), steps, sum(agreed) / len(chosen), sum(nll) / len(nll))
 
