@@ -568,8 +568,8 @@ def run_rft(
                 rft.nothing_kept(steps, seen["episodes"], seen["best_return"], options.keep, seen["success_signal"])
             )
         last = next((row for row in reversed(rows) if row["success_rate"] is not None), {})
-        accepted = [k.accepted() for k in cloned]
-        agreed = measure(policy.scorer, [k.decision for k in cloned], shards, accepted)[0] if cloned else []
+        labels = [k.accepted() for k in cloned]
+        agreed = measure(policy.scorer, [k.decision for k in cloned], shards, labels)[0] if cloned else []
         summary = {
             "algorithm": "rft",
             "rounds": done,
@@ -733,7 +733,7 @@ def measure(
     """Each question's argmax agreement with its gold and gold NLL through the scorer (inference, no gradient),
     asked without the gold so that a memoized scorer reuses the round's decisions. `accepted`: per question, the
     candidate indices that count as its gold (default: the gold's text)."""
-    golds = list(accepted) if accepted is not None else [gold_indices(q) for q in questions]
+    golds = accepted if accepted is not None else [gold_indices(q) for q in questions]
 
     def judge(part: list) -> list[tuple[bool, float]]:
         asked = scorer.decide_many([replace(q, gold=None) for q, _ in part])
