@@ -568,6 +568,32 @@ def test_labels_that_never_fit_leave_the_fresh_set_after_their_tries():
     assert (restored.fitted, restored.missed) == (record.fitted, record.missed)
 
 
+def test_the_final_round_refits_every_fitted_label_the_clone_drifted_off():
+    """A round replays only a sample of the fitted labels, so one the clone drifted off since is found late; the
+    final round measures every fitted label and fits the drifted ones again. Labels given up after their tries are
+    left out of that sweep, as they are of the rounds' targets."""
+    from jetgym.training.run import FitRecord, clone_to_fit, measure
+
+    policy, optimizer, cloned, options = fit_case(0.05, updates=100, tries=2, replay_ratio=0)
+    keys = [rft.state_key(k.decision) for k in cloned]
+    drifted = {key: k.accepted() for key, k in zip(keys, cloned)}  # recorded as fitted, yet every argmax is off
+    sampled = clone_to_fit(
+        policy, optimizer, cloned, FitRecord(dict(drifted)), options, False, Shards(), torch.Generator()
+    )
+    assert (sampled.fresh, sampled.replayed) == (0, 2)  # a round: a minibatch of the fitted rest
+    given_up = FitRecord(dict(list(drifted.items())[:2]), {keys[2]: (cloned[2].accepted(), 2)})
+    skips = clone_to_fit(policy, optimizer, cloned, given_up, options, False, Shards(), torch.Generator(), final=True)
+    assert (skips.fresh, skips.replayed) == (0, 2)  # the third was missed in both its tries
+    policy, optimizer, cloned, options = fit_case(0.05, updates=100, tries=2, replay_ratio=0)
+    final = clone_to_fit(
+        policy, optimizer, cloned, FitRecord(dict(drifted)), options, False, Shards(), torch.Generator(), final=True
+    )
+    assert (final.fresh, final.replayed, final.agreement) == (0, 3, 1.0)
+    assert 2 <= final.steps < 100  # all three were off: trained until they agree, not to the cap
+    agreed, _ = measure(policy.scorer, [k.decision for k in cloned], Shards(), [k.accepted() for k in cloned])
+    assert agreed == [True, True, True]
+
+
 def test_fit_options_refuse_bad_values():
     with pytest.raises(ValueError, match=r"train.fit must be in \(0, 1\], got 0"):
         RFTOptions(fit=0)

@@ -498,8 +498,9 @@ def run_rft(
             rate = set_learning_rate(optimizer, learning_rate_at(options, steps, env_steps))
             played_steps = sum(len(e.rewards) for e in played)
             share = sum(e.ended for e in played) / (options.group * options.seeds_per_round)
+            final = steps + played_steps >= env_steps
             fit = clone_to_fit(
-                policy, optimizer, cloned, record, options, autocast, shards, generator, played_steps, share
+                policy, optimizer, cloned, record, options, autocast, shards, generator, played_steps, share, final
             )
             fitting = time.monotonic()
             measured = {f"check_{k}": v for k, v in memo_counts(policy).items()}  # the fit's measure, not play
@@ -667,6 +668,7 @@ def clone_to_fit(
     generator,
     played_steps: int = 0,
     round_share: float = 1.0,
+    final: bool = False,
 ) -> Fit:
     """Clone a round's decisions (`rft.Kept`) until a share `options.fit` of them agree with their labels (those
     missed in all their tries are trained but not waited for): the fresh ones (not yet fitted to their label, and
@@ -677,15 +679,20 @@ def clone_to_fit(
     before it, until the latest measures reach the target or the cap: `options.updates` steps (times
     `round_share`, the share of the round's episodes played to their end, below 1 when the budget cut the round),
     or one per `options.env_steps_per_update` of the round's `played_steps`, or one pass over the fresh ones,
-    whichever is most."""
+    whichever is most. The `final` round replays every fitted label instead of a sample, so the labels the clone
+    has drifted off since they were fitted are found and fitted again (up to one more pass over them all): what
+    the run leaves behind agrees with every label it fitted, not only the latest round's."""
     from . import rft
 
     keys = [rft.state_key(k.decision) for k in cloned]
     labels = [k.accepted() for k in cloned]  # a label is what counts as agreeing: narrowed ties make it fresh again
     fresh = [i for i, key in enumerate(keys) if record.is_fresh(key, labels[i], options.tries)]
     rest = sorted(set(range(len(cloned))) - set(fresh))
-    wanted = min(len(rest), max(options.minibatch, math.ceil(options.replay_ratio * len(fresh))))
-    replayed = [rest[i] for i in torch.randperm(len(rest), generator=generator)[:wanted].tolist()]
+    if final:
+        replayed = [i for i in rest if record.fitted.get(keys[i]) == labels[i]]
+    else:
+        wanted = min(len(rest), max(options.minibatch, math.ceil(options.replay_ratio * len(fresh))))
+        replayed = [rest[i] for i in torch.randperm(len(rest), generator=generator)[:wanted].tolist()]
     picked = fresh + replayed
     chosen = [cloned[i] for i in picked]
     if not chosen:
@@ -700,7 +707,7 @@ def clone_to_fit(
 
     size = min(options.minibatch, len(chosen))
     floor = math.ceil(options.updates * round_share)
-    cap = max(floor, -(-played_steps // options.env_steps_per_update), -(-len(fresh) // size))
+    cap = max(floor, -(-played_steps // options.env_steps_per_update), -(-len(picked if final else fresh) // size))
     steps = 0
     while short() and steps < cap:
         order = torch.randperm(len(chosen), generator=generator).tolist()
