@@ -378,8 +378,9 @@ RELABELERS = {"scripted": "turn", "scripted-strafe": "strafe"}  # train.relabel 
 
 @dataclass
 class TrainConfig:
-    """The `jetgym-train` job. algorithm: `ppo` (on `env`, played by the scorer agent), `rft` (reward-filtered
-    self-imitation on `env`: rounds of sampled episodes, the rewarded ones cloned; `jetgym.training.rft`), `sft` (on the labelled
+    """The `jetgym-train` job. algorithm: `rft` (the default: reward-filtered self-imitation on `env`, played by the
+    scorer agent: rounds of sampled episodes, the best actions cloned; `jetgym.training.rft`), `ppo` (on `env`;
+    kept for comparison, it has not learned here: docs/learning.md), `sft` (on the labelled
     questions of `dataset`) or `bc` (behaviour cloning: the episodes of `train.demonstrations`, a steps.jsonl,
     replayed in `env`; `jetgym.training.cloning`). sft and bc hold a `train.held_out` fraction of the episodes
     (or questions) out and evaluate it before training and after each epoch (`jetgym.training.sft.split_held_out`);
@@ -388,7 +389,7 @@ class TrainConfig:
     expert) takes each replayed step's gold from the scripted expert instead of the record (DAgger). sft and bc with
     `train.unique=true` train on each distinct question once per epoch and hold out only questions not trained on
     (`jetgym.training.sft.distinct_split`).
-    train: the algorithm's options (null: the library default), `env_steps` (PPO budget), `autocast` (bf16
+    train: the algorithm's options (null: the library default), `env_steps` (rft and PPO budget), `autocast` (bf16
     autocast for the updates), `checkpoint_every` (updates), the LoRA settings. output_dir: results folder."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -398,7 +399,7 @@ class TrainConfig:
     agent: AgentConfig = field(default_factory=AgentConfig)
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     train: TrainOptionsConfig = field(default_factory=TrainOptionsConfig)  # type: ignore[valid-type]
-    algorithm: str = "ppo"
+    algorithm: str = "rft"
     seed: int = 0
     output_dir: Optional[str] = None
     rank_timeout_s: float = 1800.0  # under torchrun: how long a rank waits for the others before failing

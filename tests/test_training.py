@@ -487,6 +487,7 @@ def test_train_cli_adapter_loads_in_jetgym_episode(tiny_folder, tmp_path):
             "train",
             common
             + [
+                "algorithm=ppo",
                 "train.env_steps=8",
                 "train.num_envs=2",
                 "train.rollout_steps=4",
@@ -1230,8 +1231,8 @@ def test_train_options_that_would_be_ignored_are_refused_naming_them(overrides, 
     with pytest.raises(ValueError) as caught:
         to_config(compose("train", overrides))
     assert str(caught.value) == message
-    ppo, sft = to_config(compose("train", [])), to_config(compose("train", ["algorithm=sft"]))
-    assert (ppo.env_steps, sft.held_out) == (2048, 0.5)  # the defaults still apply where they count
+    default, sft = to_config(compose("train", [])), to_config(compose("train", ["algorithm=sft"]))
+    assert (default.algorithm, default.env_steps, sft.held_out) == ("rft", 2048, 0.5)  # defaults still apply
 
 
 def test_settings_that_failed_late_are_refused_before_training(tmp_path):

@@ -121,6 +121,7 @@ def test_jetgym_train_under_torchrun(tmp_path):
         "env=frozenlake",
         "env.kwargs.is_slippery=false",
         "+env.kwargs.max_episode_steps=5",
+        "algorithm=ppo",
         "train.env_steps=16",
         "train.num_envs=2",
         "train.rollout_steps=4",
