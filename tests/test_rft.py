@@ -547,6 +547,10 @@ def test_cloning_that_cannot_fit_stops_at_the_cap():
     assert capped.steps == 5
     cut = clone_to_fit(policy, optimizer, cloned, FitRecord(), options, False, Shards(), torch.Generator(), 3, 0.2)
     assert cut.steps == 2  # a round the budget cut at a fifth of its episodes: ceil(5 * 0.2) = 1, then one pass
+    final = clone_to_fit(
+        policy, optimizer, cloned, FitRecord(), options, False, Shards(), torch.Generator(), final=True
+    )
+    assert final.steps == 10  # the last round: its cap times train.tries (2), as no later round tries again
 
 
 def test_labels_that_never_fit_leave_the_fresh_set_after_their_tries():

@@ -680,8 +680,10 @@ def clone_to_fit(
     `round_share`, the share of the round's episodes played to their end, below 1 when the budget cut the round),
     or one per `options.env_steps_per_update` of the round's `played_steps`, or one pass over the fresh ones,
     whichever is most. The `final` round replays every fitted label instead of a sample, so the labels the clone
-    has drifted off since they were fitted are found and fitted again (up to one more pass over them all): what
-    the run leaves behind agrees with every label it fitted, not only the latest round's."""
+    has drifted off since they were fitted are found and fitted again, and its cap (at least one pass over all it
+    takes) is `options.tries` times a round's, the steps its fresh labels would have had in the rounds they would
+    have been tried in again: what the run leaves behind agrees with every label it fitted, not only the latest
+    round's."""
     from . import rft
 
     keys = [rft.state_key(k.decision) for k in cloned]
@@ -708,6 +710,7 @@ def clone_to_fit(
     size = min(options.minibatch, len(chosen))
     floor = math.ceil(options.updates * round_share)
     cap = max(floor, -(-played_steps // options.env_steps_per_update), -(-len(picked if final else fresh) // size))
+    cap *= options.tries if final else 1  # what the rounds it would have been tried in again may spend
     steps = 0
     while short() and steps < cap:
         order = torch.randperm(len(chosen), generator=generator).tolist()
