@@ -640,7 +640,10 @@ class FitRecord:
     def is_fresh(self, key: bytes, gold, tries: int) -> bool:
         """Not fitted to `gold`, and not yet missed `tries` rounds with this label."""
         missed_gold, rounds = self.missed.get(key, (gold, 0))
-        return self.fitted.get(key) != gold and (missed_gold != gold or rounds < tries)
+        return not self.is_fitted(key, gold) and (missed_gold != gold or rounds < tries)
+
+    def is_fitted(self, key: bytes, gold) -> bool:
+        return self.fitted.get(key) == gold
 
     def update(self, key: bytes, gold, agreed: bool, was_fresh: bool) -> None:
         if agreed:
@@ -691,7 +694,7 @@ def clone_to_fit(
     fresh = [i for i, key in enumerate(keys) if record.is_fresh(key, labels[i], options.tries)]
     rest = sorted(set(range(len(cloned))) - set(fresh))
     if final:
-        replayed = [i for i in rest if record.fitted.get(keys[i]) == labels[i]]
+        replayed = [i for i in rest if record.is_fitted(keys[i], labels[i])]
     else:
         wanted = min(len(rest), max(options.minibatch, math.ceil(options.replay_ratio * len(fresh))))
         replayed = [rest[i] for i in torch.randperm(len(rest), generator=generator)[:wanted].tolist()]
@@ -700,7 +703,7 @@ def clone_to_fit(
     if not chosen:
         return Fit(0, 0, 0, None, None)
     # the target counts the fresh and the replayed that were fitted; one missed in all its tries is not waited for
-    counted = [n < len(fresh) or record.fitted.get(keys[i]) == labels[i] for n, i in enumerate(picked)]
+    counted = [n < len(fresh) or record.is_fitted(keys[i], labels[i]) for n, i in enumerate(picked)]
     accepted = [labels[i] for i in picked]
     agreed, nll = measure(policy.scorer, [k.decision for k in chosen], shards, accepted)
 
