@@ -26,7 +26,7 @@ from jetgym.training.evaluation import question_digest
 from jetgym.training.options import LoraOptions, PPOOptions, RFTOptions, SFTOptions
 from jetgym.training.policy import Policy
 from jetgym.training.run import run_ppo, run_rft
-from jetgym.training.sft import sft_step
+from jetgym.training.sft import fit_step
 
 from test_training import Bandit, p_east, tiny_scorer
 
@@ -251,7 +251,9 @@ def test_weighted_cloning_scales_each_questions_loss_and_gradient():
 
     def step(questions, weights):
         optimizer = torch.optim.SGD(policy.parameters(), lr=0.0)
-        loss = sft_step(policy, optimizer, questions, SFTOptions(max_grad_norm=1e9), weights=weights)  # no clipping
+        loss = fit_step(
+            policy, optimizer, questions, SFTOptions(max_grad_norm=1e9), weights=weights
+        ).loss  # no clipping
         return loss, [p.grad.clone() for p in policy.parameters() if p.grad is not None]
 
     loss_1, grad_1 = step([first, second], [1.0, 0.0])

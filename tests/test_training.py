@@ -19,7 +19,7 @@ from jetgym.agents import make_agent
 from jetgym.envs.candidates import CandidateActions
 from jetgym.scorers import Question, make_scorer
 from jetgym.scorers.models import LoadedModel
-from jetgym.training.options import LoraOptions, PPOOptions, SFTOptions
+from jetgym.training.options import BCOptions, LoraOptions, PPOOptions, SFTOptions
 from jetgym.training.policy import Policy
 from jetgym.training.ppo import advantages
 from jetgym.training.run import run_ppo, run_sft
@@ -156,6 +156,61 @@ def test_sft_lowers_held_out_gold_nll(tmp_path):
     assert summary["held_out_after"]["held_out_accuracy"] == 1.0
 
 
+def test_sft_with_fit_stops_once_every_training_question_agrees(tmp_path):
+    policy = Policy(tiny_scorer(), LoraOptions(lora_rank=4, lora_alpha=8), seed=0)
+    words = ["red", "tan", "sky", "ink"]
+    train = [Question(context=f"item {k}: the colour is", candidates=words, gold=2, id=str(k)) for k in range(20)]
+    held = [Question(context=f"item {k}: the colour is", candidates=words, gold=2, id=str(k)) for k in range(40, 44)]
+    options = SFTOptions(epochs=50, minibatch=5, learning_rate=0.02, fit=1.0)
+    summary = run_sft(policy, train, options, tmp_path / "fit", held_out=held, progress=False)
+    rows = [json.loads(line) for line in (tmp_path / "fit" / "train.jsonl").read_text().splitlines()][1:]
+    assert summary["stopped"] == "fitted" and summary["train_agreement"] == 1.0
+    assert 4 <= summary["updates"] == len(rows) < 50 * 4  # at least one pass measures every question
+    assert [r["fitted"] for r in rows] == [False] * (len(rows) - 1) + [True]
+    assert rows[-1]["train_agreement"] == 1.0 and "held_out_accuracy" in rows[-1]  # the adapter written is judged
+    assert summary["held_out_after"]["held_out_accuracy"] == rows[-1]["held_out_accuracy"]
+    unfitted = run_sft(
+        Policy(tiny_scorer(), LoraOptions(lora_rank=4, lora_alpha=8), seed=0),
+        train,
+        dataclasses.replace(options, epochs=2, fit=None),
+        tmp_path / "epochs",
+        progress=False,
+    )
+    assert unfitted["stopped"] == "epochs" and unfitted["updates"] == 2 * 4
+
+
+def test_sft_with_fit_resumed_after_a_crash_stops_where_the_uninterrupted_run_did(tmp_path, monkeypatch):
+    """The checkpoint keeps each question's latest agreement: a resumed run does not start measuring afresh."""
+    import jetgym.training.run as run
+
+    words = ["red", "tan", "sky", "ink"]
+    train = [Question(context=f"item {k}: the colour is", candidates=words, gold=2, id=str(k)) for k in range(20)]
+    options = SFTOptions(epochs=50, minibatch=5, learning_rate=0.02, fit=1.0)
+
+    def policy():
+        return Policy(tiny_scorer(), LoraOptions(lora_rank=4, lora_alpha=8), seed=0)
+
+    whole = run_sft(policy(), train, options, tmp_path / "whole", progress=False)
+    original, calls = run.fit_step, []
+
+    def crashing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == whole["updates"]:  # the last step: every earlier one is checkpointed
+            raise RuntimeError("killed")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(run, "fit_step", crashing)
+    with pytest.raises(RuntimeError, match="killed"):
+        run_sft(policy(), train, options, tmp_path / "resumed", checkpoint_every=1, progress=False)
+    monkeypatch.setattr(run, "fit_step", original)
+    resumed = run_sft(policy(), train, options, tmp_path / "resumed", checkpoint_every=1, progress=False)
+    assert resumed["updates"] == whole["updates"] and resumed["stopped"] == "fitted"
+    from safetensors.torch import load_file
+
+    a, b = (load_file(str(tmp_path / name / "adapter" / "adapter_model.safetensors")) for name in ("whole", "resumed"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_bad_training_inputs_are_refused(tmp_path):
     with pytest.raises(ValueError, match="train.minibatch must be >= 1, got 0"):
         PPOOptions(minibatch=0)
@@ -163,6 +218,8 @@ def test_bad_training_inputs_are_refused(tmp_path):
         PPOOptions(gamma=1.5)
     with pytest.raises(ValueError, match="train.lr_schedule must be one of constant, linear, got 'cosine'"):
         SFTOptions(lr_schedule="cosine")
+    with pytest.raises(ValueError, match=r"train.fit must be in \(0, 1\], got 0"):
+        SFTOptions(fit=0)
     with pytest.raises(ValueError, match="train.finetune must be 'lora' or 'full', got 'half'"):
         LoraOptions(finetune="half")
     loaded = LoadedModel("tiny-llama", tiny_llama(), ByteTokenizer(), None, "attention", 512)
@@ -600,7 +657,7 @@ def test_behaviour_cloning_replays_the_recorded_episodes(tiny_folder, tmp_path):
     assert summary["train_questions"] + summary["held_out_questions"] == len(rows) and summary["held_out_questions"]
     assert (tmp_path / "bc" / "adapter" / "jetgym_adapter.json").exists()
     assert summary["config"]["train"]["learning_rate"] is None  # unset: the options in effect say what ran
-    in_effect = {**dataclasses.asdict(SFTOptions(minibatch=4)), **dataclasses.asdict(LoraOptions())}
+    in_effect = {**dataclasses.asdict(BCOptions(minibatch=4)), **dataclasses.asdict(LoraOptions())}
     assert json.loads((tmp_path / "bc" / "summary.json").read_text())["config"]["options"] == json.loads(
         json.dumps(in_effect)
     )

@@ -71,16 +71,36 @@ class PPOOptions:
 
 @dataclass(frozen=True)
 class SFTOptions:
+    """Supervised training on labelled questions (`jetgym.training.sft`): `epochs` shuffled passes of `minibatch`
+    questions; with `fit` set, training stops as soon as a share `fit` of the training questions has its argmax
+    on the gold at its latest measure (each step measures its minibatch in its forward pass, before the step), so
+    `epochs` is then a cap."""
+
     epochs: int = 1
     minibatch: int = 8
     learning_rate: float = 1e-4
     max_grad_norm: float = 1.0
     lr_schedule: str = "constant"
+    fit: float | None = None
 
     def __post_init__(self):
         _check_schedule(self)
         _check(self, ("epochs", "minibatch"), lambda v: v >= 1, ">= 1")
         _check(self, ("learning_rate", "max_grad_norm"), lambda v: v > 0, "> 0")
+        if self.fit is not None:
+            _check(self, ("fit",), lambda v: 0 < v <= 1, "in (0, 1]")
+
+
+@dataclass(frozen=True)
+class BCOptions(SFTOptions):
+    """Behaviour cloning clones to fit: up to `epochs` passes at rft's rate, decaying to 0 so the last passes
+    settle, stopping once every training decision's argmax is the demonstrator's action (`fit`). One pass at
+    SFT's rate leaves the prior in place (docs/training.md, "Behaviour cloning")."""
+
+    epochs: int = 8
+    learning_rate: float = 1e-3
+    lr_schedule: str = "linear"
+    fit: float | None = 1.0
 
 
 @dataclass(frozen=True)
@@ -140,7 +160,7 @@ class RFTOptions:
 ADVANTAGES = ("episode", "step-group", "plan")  # RFTOptions.advantage
 
 
-OPTIONS = {"ppo": PPOOptions, "rft": RFTOptions, "sft": SFTOptions, "bc": SFTOptions}  # algorithm -> its options
+OPTIONS = {"ppo": PPOOptions, "rft": RFTOptions, "sft": SFTOptions, "bc": BCOptions}  # algorithm -> its options
 
 
 def check_keep(keep: str) -> None:

@@ -46,7 +46,7 @@ from .data_parallel import Shards
 from .evaluation import QUESTIONS, question_digest
 from .options import PPOOptions, RFTOptions, SFTOptions, learning_rate_at
 from .ppo import Rollout, Rollouts, update
-from .sft import check_labelled, evaluate_questions, fit_step, gold_indices, sft_step
+from .sft import check_labelled, evaluate_questions, fit_step, gold_indices
 
 TRAIN_LOG = "train.jsonl"
 SUMMARY = "summary.json"
@@ -354,9 +354,11 @@ def run_sft(
     shards: Shards = Shards(),
     on_start: Callable[[Path], None] | None = None,
 ) -> dict:
-    """Minimize the gold NLL of `questions` for `options.epochs` epochs; `held_out` is evaluated (gold NLL,
-    accuracy) before training and after every epoch. Returns the summary. Under data parallelism every rank
-    gets the same questions, computes its share of each minibatch, and rank 0 writes the folder."""
+    """Minimize the gold NLL of `questions` for `options.epochs` epochs, or until a share `options.fit` of them
+    has its argmax on the gold at its latest measure (each step measures its minibatch before it); `held_out` is
+    evaluated (gold NLL, accuracy) before training, after every epoch and after the last step. Returns the
+    summary. Under data parallelism every rank gets the same questions, computes its share of each minibatch,
+    and rank 0 writes the folder."""
     check_labelled(questions, "the training set")
     folder = TrainingFolder(output_dir, config or {"algorithm": "sft", "seed": seed, **options.__dict__})
     with folder.lock(shards):
@@ -380,32 +382,41 @@ def run_sft(
             torch.randperm(len(questions), generator=torch.Generator().manual_seed(seed * 1000 + e)).tolist()
             for e in range(options.epochs)
         ]
-        while done < total:
+        agreed = list(state.get("agreed", [False] * len(questions)))  # each question's argmax at its latest measure
+        fitted = False
+        while done < total and not fitted:
             epoch, k = divmod(done, per_epoch)
             idx = orders[epoch][k * options.minibatch : (k + 1) * options.minibatch]
             rate = set_learning_rate(optimizer, learning_rate_at(options, done, total))
             begun = time.monotonic()
-            loss = sft_step(policy, optimizer, [questions[i] for i in idx], options, autocast, shards)
+            step = fit_step(policy, optimizer, [questions[i] for i in idx], options, autocast, shards)
+            for i, a in zip(idx, step.agreed):
+                agreed[i] = a
             done += 1
+            fitted = options.fit is not None and sum(agreed) >= options.fit * len(questions)
             row = {
                 "update": done,
                 "epoch": epoch + (k + 1) / per_epoch,
                 "questions_seen": done * options.minibatch,
-                "loss": round(loss, 6),
+                "loss": round(step.loss, 6),
+                "train_agreement": round(sum(agreed) / len(questions), 6),
+                "fitted": fitted,
                 "learning_rate": rate,
                 "update_seconds": round(time.monotonic() - begun, 3),
             }
-            if done % per_epoch == 0 and held_out:
+            if (done % per_epoch == 0 or fitted) and held_out:
                 row.update(_prefixed(evaluate_questions(policy.scorer, held_out, shards)))
             rows.append(row)
             if shards.writer:
                 append_jsonl(folder.log, [row])
-                if done % checkpoint_every == 0 and done < total:
+                if done % checkpoint_every == 0 and done < total and not fitted:
                     folder.save_checkpoint(
-                        policy, optimizer, {"update": done, "generator": generator.get_state().tolist()}
+                        policy,
+                        optimizer,
+                        {"update": done, "generator": generator.get_state().tolist(), "agreed": agreed},
                     )
             bar.update(1)
-            bar.set_postfix(loss=round(loss, 4))
+            bar.set_postfix(loss=round(step.loss, 4), agreement=round(sum(agreed) / len(questions), 3))
         bar.close()
         final = next((r for r in reversed(rows) if "held_out_accuracy" in r), None)
         summary = {
@@ -414,6 +425,8 @@ def run_sft(
             "seed": seed,
             "ranks": shards.ranks.world_size,
             "train_questions": len(questions),
+            "train_agreement": sum(agreed) / len(questions),
+            "stopped": "fitted" if fitted else "epochs",
             "held_out_questions": len(held_out),
             "config": folder.config,
             "held_out_before": {k: rows[0].get(k) for k in ("held_out_gold_nll", "held_out_accuracy")}
@@ -424,7 +437,11 @@ def run_sft(
         if not shards.writer:
             return summary
         return folder.finish(
-            policy, summary, rows, "questions_seen", ["loss", "held_out_gold_nll", "held_out_accuracy"]
+            policy,
+            summary,
+            rows,
+            "questions_seen",
+            ["loss", "train_agreement", "held_out_gold_nll", "held_out_accuracy"],
         )
 
 

@@ -19,7 +19,6 @@ from jetgym.scorers import Question
 from jetgym.scorers.decision import resolve_gold
 
 from .data_parallel import Shards
-from .options import SFTOptions
 
 
 def gold_indices(question: Question) -> list[int]:
@@ -51,20 +50,6 @@ def gold_nll(
     return torch.stack([-torch.logsumexp(lq[torch.tensor(list(g))], dim=0) for lq, g in zip(log_q, golds)])
 
 
-def sft_step(
-    policy,
-    optimizer,
-    questions: Sequence[Question],
-    options: SFTOptions,
-    autocast: bool = False,
-    shards: Shards = Shards(),
-    weights: Sequence[float] | None = None,
-) -> float:
-    """One gradient step on a minibatch (each rank computing its share); returns the minibatch's mean loss, each
-    question's gold NLL times its weight (`weights`, default 1)."""
-    return fit_step(policy, optimizer, questions, options, autocast, shards, weights).loss
-
-
 @dataclass(frozen=True)
 class Step:
     """One gradient step's mean loss and, per question, as the forward before the step saw it: its gold NLL and
@@ -85,8 +70,9 @@ def fit_step(
     weights: Sequence[float] | None = None,
     accepted: Sequence[Sequence[int]] | None = None,
 ) -> Step:
-    """`sft_step` that also reports each question's gold NLL and argmax agreement (summed over the ranks).
-    `accepted`: per question, the candidate indices that count as its gold (default: the gold's text)."""
+    """One gradient step on a minibatch (each rank computing its share): the minibatch's mean loss (each
+    question's gold NLL times its weight, `weights`, default 1) and each question's gold NLL and argmax agreement
+    (summed over the ranks). `accepted`: per question, the candidate indices that count as its gold (default: the gold's text)."""
     optimizer.zero_grad(set_to_none=True)
     indices = shards.mine(len(questions))
     mine = [questions[i] for i in indices]
