@@ -382,8 +382,9 @@ class TrainConfig:
     scorer agent: rounds of sampled episodes, the best actions cloned; `jetgym.training.rft`), `ppo` (on `env`;
     kept for comparison, it has not learned here: docs/learning.md), `sft` (on the labelled
     questions of `dataset`) or `bc` (behaviour cloning: the episodes of `train.demonstrations`, a steps.jsonl,
-    replayed in `env`; `jetgym.training.cloning`; cloned to fit by default, `BCOptions`). sft and bc hold a `train.held_out` fraction of the episodes
-    (or questions) out and evaluate it before training and after each epoch (`jetgym.training.sft.split_held_out`);
+    replayed in `env`; `jetgym.training.cloning`; cloned to fit by default, `BCOptions`). sft and bc hold a
+    `train.held_out` fraction of the episodes (or questions) out and evaluate it before training and after each
+    epoch (`jetgym.training.sft.split_held_out`);
     bc with `train.min_return` clones only the episodes whose return is at least that; `train.demonstrations` may
     be a list of steps.jsonl files (pooled), and `train.relabel=scripted` (`scripted-strafe`: the strafing ViZDoom
     expert) takes each replayed step's gold from the scripted expert instead of the record (DAgger). sft and bc with

@@ -251,9 +251,8 @@ def test_weighted_cloning_scales_each_questions_loss_and_gradient():
 
     def step(questions, weights):
         optimizer = torch.optim.SGD(policy.parameters(), lr=0.0)
-        loss = fit_step(
-            policy, optimizer, questions, SFTOptions(max_grad_norm=1e9), weights=weights
-        ).loss  # no clipping
+        no_clipping = SFTOptions(max_grad_norm=1e9)
+        loss = fit_step(policy, optimizer, questions, no_clipping, weights=weights).loss
         return loss, [p.grad.clone() for p in policy.parameters() if p.grad is not None]
 
     loss_1, grad_1 = step([first, second], [1.0, 0.0])
