@@ -393,13 +393,14 @@ def run_sft(
             for i, a in zip(idx, step.agreed):
                 agreed[i] = a
             done += 1
-            fitted = options.fit is not None and sum(agreed) >= options.fit * len(questions)
+            share = sum(agreed) / len(questions)
+            fitted = options.fit is not None and share >= options.fit
             row = {
                 "update": done,
                 "epoch": epoch + (k + 1) / per_epoch,
                 "questions_seen": done * options.minibatch,
                 "loss": round(step.loss, 6),
-                "train_agreement": round(sum(agreed) / len(questions), 6),
+                "train_agreement": round(share, 6),
                 "fitted": fitted,
                 "learning_rate": rate,
                 "update_seconds": round(time.monotonic() - begun, 3),
@@ -416,7 +417,7 @@ def run_sft(
                         {"update": done, "generator": generator.get_state().tolist(), "agreed": agreed},
                     )
             bar.update(1)
-            bar.set_postfix(loss=round(step.loss, 4), agreement=round(sum(agreed) / len(questions), 3))
+            bar.set_postfix(loss=round(step.loss, 4), agreement=round(share, 3))
         bar.close()
         final = next((r for r in reversed(rows) if "held_out_accuracy" in r), None)
         summary = {

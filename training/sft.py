@@ -72,7 +72,8 @@ def fit_step(
 ) -> Step:
     """One gradient step on a minibatch (each rank computing its share): the minibatch's mean loss (each
     question's gold NLL times its weight, `weights`, default 1) and each question's gold NLL and argmax agreement
-    (summed over the ranks). `accepted`: per question, the candidate indices that count as its gold (default: the gold's text)."""
+    (summed over the ranks). `accepted`: per question, the candidate indices that count as its gold (default:
+    the gold's text)."""
     optimizer.zero_grad(set_to_none=True)
     indices = shards.mine(len(questions))
     mine = [questions[i] for i in indices]
