@@ -629,3 +629,56 @@ def test_a_label_whose_tie_the_argmax_already_takes_is_fitted_without_a_step():
     # the ties narrowed to the gold alone (what a later round's planning may find): new labels, fresh again
     untied = clone_to_fit(policy, optimizer, cloned, record, options, False, Shards(), torch.Generator())
     assert untied.fresh == 3 and untied.steps >= 2  # every one missed before the first step
+
+
+def test_refit_fits_a_fresh_adapter_to_the_last_rounds_labels():
+    """`train.refit` starts from the adapter as it was made, whatever the rounds trained: the refit of a clone
+    trained on the opposite labels equals the refit of an untouched policy, and fits every label before its cap."""
+    from jetgym.training.run import refit
+
+    fresh, _, cloned, options = fit_case(0.05, refit=20)
+    initial = fresh.state()
+    trained, optimizer, _, _ = fit_case(0.05)
+    flipped = [replace(k.decision, gold=1 - k.decision.gold) for k in cloned]
+    for _ in range(20):
+        fit_step(trained, optimizer, flipped, options)
+    assert any(not torch.equal(initial[name], tensor) for name, tensor in trained.state().items())
+    trained.reset()
+    assert all(torch.equal(initial[name], tensor) for name, tensor in trained.state().items())
+    done = [refit(p, cloned, options, False, Shards(), torch.Generator().manual_seed(0)) for p in (fresh, trained)]
+    assert done[0]["agreement"] == 1.0 and 2 <= done[0]["steps"] < 20 * 2  # stopped once fitted, not at the cap
+    assert done[0]["steps"] == done[1]["steps"]
+    assert all(torch.equal(fresh.state()[name], tensor) for name, tensor in trained.state().items())
+
+
+def test_refit_that_cannot_fit_stops_after_its_passes_at_a_decaying_rate():
+    from jetgym.training.run import refit
+
+    policy, _, cloned, options = fit_case(1e-12, refit=3)
+    done = refit(policy, cloned, options, False, Shards(), torch.Generator().manual_seed(0))
+    assert (done["steps"], done["agreement"]) == (6, 0.0)  # 3 passes of 2 minibatches (3 labels, minibatch 2)
+
+
+def test_rft_with_refit_skips_the_final_sweep_and_refits_the_last_rounds_labels(tmp_path):
+    policy, envs, agent = bandit_run()
+    options = RFTOptions(group=4, seeds_per_round=2, num_envs=2, updates=4, minibatch=4, learning_rate=0.02, refit=8)
+    summary = run_rft(policy, envs, agent, options, tmp_path, env_steps=24, progress=False)
+    rows = rows_of(tmp_path)
+    assert rows[-1]["clone_steps"] == 0 and rows[-1]["fresh_decisions"] == 0  # the last round is not cloned
+    assert summary["refit"]["steps"] >= 1 and summary["refit"]["agreement"] == 1.0
+    assert (summary["labels"], summary["label_agreement"]) == (1, 1.0)  # the refitted adapter plays east
+    assert p_east(policy) > 0.5
+
+
+def test_refit_refuses_bad_values_and_a_policy_without_an_adapter(tmp_path):
+    with pytest.raises(ValueError, match="train.refit must be >= 0, got -1"):
+        RFTOptions(refit=-1)
+    policy = Policy(tiny_scorer(), LoraOptions(finetune="full"), seed=0)
+    with pytest.raises(ValueError, match="resetting the policy needs a LoRA adapter"):
+        policy.reset()
+    envs = [CandidateActions(Bandit(), texts=["go west", "go east"])]
+    agent = make_agent("scorer", scorer=policy.scorer, task="Choose.", describer=lambda o: "here", policy="sample")
+    with pytest.raises(
+        ValueError, match="train.refit fits a fresh LoRA adapter: set train.finetune=lora, or train.refit=0"
+    ):
+        run_rft(policy, envs, agent, RFTOptions(num_envs=1, refit=2), tmp_path, env_steps=8, progress=False)

@@ -120,7 +120,9 @@ class RFTOptions:
     label, at most `updates` optimizer steps (in proportion to the episodes played to their end, when the budget
     cuts a round), or one per `env_steps_per_update` env steps the round played, or one pass over the fresh ones,
     whichever is most (so a round's cloning costs what its play did); none when they already agree before any
-    step."""
+    step. `refit`: after the last round, fit a fresh adapter to every label of that round in up to `refit` shuffled
+    passes, at a rate decaying linearly from `learning_rate` to 0, stopping once a share `fit` agrees (0: keep
+    the rounds' adapter)."""
 
     group: int = 4
     seeds_per_round: int = 8
@@ -134,6 +136,7 @@ class RFTOptions:
     env_steps_per_update: int = 32
     fit: float = 1.0
     tries: int = 2
+    refit: int = 0
     replay_ratio: float = 1.0
     minibatch: int = 8
     learning_rate: float = 1e-3
@@ -150,7 +153,7 @@ class RFTOptions:
         )
         _check(self, ("explore", "gamma"), lambda v: 0 <= v <= 1, "in [0, 1]")
         _check(self, ("fit",), lambda v: 0 < v <= 1, "in (0, 1]")
-        _check(self, ("replay_ratio",), lambda v: v >= 0, ">= 0")
+        _check(self, ("replay_ratio", "refit"), lambda v: v >= 0, ">= 0")
         _check(self, ("learning_rate", "max_grad_norm"), lambda v: v > 0, "> 0")
         check_keep(self.keep)
         if self.advantage not in ADVANTAGES:

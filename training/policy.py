@@ -99,6 +99,14 @@ class Policy:
         torch.nn.init.zeros_(self.value_head.weight)
         torch.nn.init.zeros_(self.value_head.bias)
         self.model.eval()  # no dropout: rollouts and updates see the same function
+        self._initial = self.state() if self.peft is not None else None  # what `reset` restores
+
+    def reset(self) -> None:
+        """The adapter and value head as they were made (the base model's behaviour again): a fresh start for
+        a fit. A policy training every weight has no copy of them kept, so it is refused."""
+        if self._initial is None:
+            raise ValueError("resetting the policy needs a LoRA adapter (train.finetune=lora)")
+        self.load_state(self._initial)
 
     def parameters(self) -> list[torch.nn.Parameter]:
         """The trained parameters: the adapter (or every weight) and the value head."""

@@ -17,8 +17,9 @@ A round:
    steps), so the pool holds one action per question and no loops between them; and clones the pool
    (`sft.gold_nll` over the candidates) to fit (`jetgym.training.run.clone_to_fit`): the decisions not yet fitted
    and a replayed sample of the rest, on minibatches of `minibatch` decisions, until their argmax agrees with the
-   labels (`fit`) or `updates` steps are taken; the last round replays every fitted label, not a sample. The pool
-   keeps the `replay` most recent distinct decisions, so earlier rounds' successes are trained on again.
+   labels (`fit`) or `updates` steps are taken; the last round replays every fitted label, not a sample (with
+   `refit`, a fresh adapter is fitted to all of the last round's labels instead: `run.refit`). The pool keeps the
+   `replay` most recent distinct decisions, so earlier rounds' successes are trained on again.
 With `advantage=step-group` (step-level group advantages, GiGPO's at the action level), step 3 also adds, at
 every question the round visited with more than one action, the action of best mean return to go when it beats
 the question's mean (`step_groups`): a state that recurs across episodes compares its actions directly, even in

@@ -471,6 +471,8 @@ def run_rft(
 
     if len(envs) < 1:
         raise ValueError("run_rft needs at least one env")
+    if options.refit and policy.peft is None:
+        raise ValueError("train.refit fits a fresh LoRA adapter: set train.finetune=lora, or train.refit=0")
     folder = TrainingFolder(output_dir, config or {"algorithm": "rft", "seed": seed, **options.__dict__})
     with folder.lock(shards):
         optimizer, generator, state, rows = folder.start(policy, options.learning_rate, seed, shards, on_start)
@@ -517,8 +519,12 @@ def run_rft(
             played_steps = sum(len(e.rewards) for e in played)
             share = sum(e.ended for e in played) / (options.group * options.seeds_per_round)
             final = steps + played_steps >= env_steps
-            fit = clone_to_fit(
-                policy, optimizer, cloned, record, options, autocast, shards, generator, played_steps, share, final
+            fit = (
+                Fit(0, 0, 0, None, None)  # the refit starts afresh: the rounds' clone is not fitted again
+                if final and options.refit
+                else clone_to_fit(
+                    policy, optimizer, cloned, record, options, autocast, shards, generator, played_steps, share, final
+                )
             )
             fitting = time.monotonic()
             measured = {f"check_{k}": v for k, v in memo_counts(policy).items()}  # the fit's measure, not play
@@ -586,6 +592,7 @@ def run_rft(
             raise ValueError(
                 rft.nothing_kept(steps, seen["episodes"], seen["best_return"], options.keep, seen["success_signal"])
             )
+        refitted = refit(policy, cloned, options, autocast, shards, generator) if options.refit and cloned else None
         last = next((row for row in reversed(rows) if row["success_rate"] is not None), {})
         labels = [k.accepted() for k in cloned]
         agreed = measure(policy.scorer, [k.decision for k in cloned], shards, labels)[0] if cloned else []
@@ -605,6 +612,7 @@ def run_rft(
             "questions_played": len(asked),
             "labels": len(agreed),  # every label of the last round (pool and planned), and the final argmax on them
             "label_agreement": round(sum(agreed) / len(agreed), 4) if agreed else None,
+            "refit": refitted,
         }
         if not shards.writer:
             return summary
@@ -756,6 +764,47 @@ def clone_to_fit(
         record.update(keys[i], labels[i], a, n < len(fresh))
     record.keep_only(set(keys))
     return Fit(len(fresh), len(replayed), steps, sum(agreed) / len(chosen), sum(nll) / len(nll))
+
+
+def refit(policy, cloned: list, options: RFTOptions, autocast, shards, generator) -> dict:
+    """`options.refit`: fit a fresh adapter (`Policy.reset`) to the last round's labels (`rft.Kept`) in shuffled
+    passes of `options.minibatch`, the rate decaying linearly from `options.learning_rate` to 0 over `options.refit`
+    passes, until a share `options.fit` agrees at its latest measure (each step measures its minibatch before
+    it). The rounds' clone is fitted label by label as they come, and on labels that contradict each other it
+    fits the ones it saw last; the fresh fit sees them all at once, and its decaying rate settles on what most
+    of them say. Returns its steps, last agreement and seconds."""
+    begun = time.monotonic()
+    policy.reset()
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=options.learning_rate, weight_decay=0.0)
+    accepted = [k.accepted() for k in cloned]
+    size = min(options.minibatch, len(cloned))
+    per_pass = -(-len(cloned) // size)
+    total = options.refit * per_pass
+    agreed = [False] * len(cloned)
+    steps, order = 0, []
+    while steps < total and sum(agreed) < options.fit * len(cloned):
+        if steps % per_pass == 0:
+            order = torch.randperm(len(cloned), generator=generator).tolist()
+        batch = order[(steps % per_pass) * size :][:size]
+        set_learning_rate(optimizer, learning_rate_at(replace(options, lr_schedule="linear"), steps, total))
+        step = fit_step(
+            policy,
+            optimizer,
+            [cloned[i].decision for i in batch],
+            options,
+            autocast,
+            shards,
+            [cloned[i].weight for i in batch],
+            [accepted[i] for i in batch],
+        )
+        for i, a in zip(batch, step.agreed):
+            agreed[i] = a
+        steps += 1
+    return {
+        "steps": steps,
+        "agreement": round(sum(agreed) / len(cloned), 4),
+        "seconds": round(time.monotonic() - begun, 3),
+    }
 
 
 def measure(
