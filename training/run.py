@@ -592,7 +592,9 @@ def run_rft(
             raise ValueError(
                 rft.nothing_kept(steps, seen["episodes"], seen["best_return"], options.keep, seen["success_signal"])
             )
-        refitted = refit(policy, cloned, options, autocast, shards, generator) if options.refit and cloned else None
+        refitted = None
+        if options.refit and cloned:
+            refitted = refit(policy, cloned, options, autocast, shards, generator, progress and shards.writer)
         last = next((row for row in reversed(rows) if row["success_rate"] is not None), {})
         labels = [k.accepted() for k in cloned]
         agreed = measure(policy.scorer, [k.decision for k in cloned], shards, labels)[0] if cloned else []
@@ -766,7 +768,7 @@ def clone_to_fit(
     return Fit(len(fresh), len(replayed), steps, sum(agreed) / len(chosen), sum(nll) / len(nll))
 
 
-def refit(policy, cloned: list, options: RFTOptions, autocast, shards, generator) -> dict:
+def refit(policy, cloned: list, options: RFTOptions, autocast, shards, generator, progress: bool = False) -> dict:
     """`options.refit`: fit a fresh adapter (`Policy.reset`) to the last round's labels (`rft.Kept`) in shuffled
     passes of `options.minibatch`, the rate decaying linearly from `options.learning_rate` to 0 over `options.refit`
     passes, until a share `options.fit` agrees at its latest measure (each step measures its minibatch before
@@ -782,6 +784,7 @@ def refit(policy, cloned: list, options: RFTOptions, autocast, shards, generator
     total = options.refit * per_pass
     agreed = [False] * len(cloned)
     steps, order = 0, []
+    bar = tqdm(total=total, unit="step", desc="refit", disable=not progress)
     while steps < total and sum(agreed) < options.fit * len(cloned):
         if steps % per_pass == 0:
             order = torch.randperm(len(cloned), generator=generator).tolist()
@@ -800,6 +803,9 @@ def refit(policy, cloned: list, options: RFTOptions, autocast, shards, generator
         for i, a in zip(batch, step.agreed):
             agreed[i] = a
         steps += 1
+        bar.update(1)
+        bar.set_postfix(loss=round(step.loss, 4), agreement=round(sum(agreed) / len(cloned), 3))
+    bar.close()
     return {
         "steps": steps,
         "agreement": round(sum(agreed) / len(cloned), 4),
