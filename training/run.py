@@ -772,9 +772,7 @@ def refit(policy, cloned: list, options: RFTOptions, autocast, shards, generator
     """`options.refit`: fit a fresh adapter (`Policy.reset`) to the last round's labels (`rft.Kept`) in shuffled
     passes of `options.minibatch`, the rate decaying linearly from `options.learning_rate` to 0 over `options.refit`
     passes, until a share `options.fit` agrees at its latest measure (each step measures its minibatch before
-    it). The rounds' clone is fitted label by label as they come, and on labels that contradict each other it
-    fits the ones it saw last; the fresh fit sees them all at once, and its decaying rate settles on what most
-    of them say. Returns its steps, last agreement and seconds."""
+    it), in place of the last round's sweep. Returns its steps, last agreement and seconds."""
     begun = time.monotonic()
     policy.reset()
     optimizer = torch.optim.AdamW(policy.parameters(), lr=options.learning_rate, weight_decay=0.0)
