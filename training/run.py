@@ -747,15 +747,8 @@ def clone_to_fit(
         order = torch.randperm(len(chosen), generator=generator).tolist()
         for start in range(0, len(order), size):
             batch = order[start : start + size]
-            step = fit_step(
-                policy,
-                optimizer,
-                [chosen[i].decision for i in batch],
-                options,
-                autocast,
-                shards,
-                [chosen[i].weight for i in batch],
-                [accepted[i] for i in batch],
+            step = clone_step(
+                policy, optimizer, [chosen[i] for i in batch], [accepted[i] for i in batch], options, autocast, shards
             )
             for i, a, n in zip(batch, step.agreed, step.nll):
                 agreed[i], nll[i] = a, n
@@ -766,6 +759,13 @@ def clone_to_fit(
         record.update(keys[i], labels[i], a, n < len(fresh))
     record.keep_only(set(keys))
     return Fit(len(fresh), len(replayed), steps, sum(agreed) / len(chosen), sum(nll) / len(nll))
+
+
+def clone_step(policy, optimizer, kept: list, accepted: list, options: RFTOptions, autocast, shards):
+    """`fit_step` on a minibatch of `rft.Kept` decisions, each weighted by its weight, `accepted` its labels."""
+    return fit_step(
+        policy, optimizer, [k.decision for k in kept], options, autocast, shards, [k.weight for k in kept], accepted
+    )
 
 
 def refit(policy, cloned: list, options: RFTOptions, autocast, shards, generator, progress: bool = False) -> dict:
@@ -788,15 +788,8 @@ def refit(policy, cloned: list, options: RFTOptions, autocast, shards, generator
             order = torch.randperm(len(cloned), generator=generator).tolist()
         batch = order[(steps % per_pass) * size :][:size]
         set_learning_rate(optimizer, learning_rate_at(replace(options, lr_schedule="linear"), steps, total))
-        step = fit_step(
-            policy,
-            optimizer,
-            [cloned[i].decision for i in batch],
-            options,
-            autocast,
-            shards,
-            [cloned[i].weight for i in batch],
-            [accepted[i] for i in batch],
+        step = clone_step(
+            policy, optimizer, [cloned[i] for i in batch], [accepted[i] for i in batch], options, autocast, shards
         )
         for i, a in zip(batch, step.agreed):
             agreed[i] = a
