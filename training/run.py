@@ -781,25 +781,26 @@ def refit(policy, cloned: list, options: RFTOptions, autocast, shards, generator
     per_pass = -(-len(cloned) // size)
     total = options.refit * per_pass
     agreed = [False] * len(cloned)
-    steps, order = 0, []
+    steps, order, share = 0, [], 0.0
     bar = tqdm(total=total, unit="step", desc="refit", disable=not progress)
-    while steps < total and sum(agreed) < options.fit * len(cloned):
+    while steps < total and share < options.fit:
         if steps % per_pass == 0:
             order = torch.randperm(len(cloned), generator=generator).tolist()
         batch = order[(steps % per_pass) * size :][:size]
-        set_learning_rate(optimizer, learning_rate_at(replace(options, lr_schedule="linear"), steps, total))
+        set_learning_rate(optimizer, options.learning_rate * (1 - steps / total))
         step = clone_step(
             policy, optimizer, [cloned[i] for i in batch], [accepted[i] for i in batch], options, autocast, shards
         )
         for i, a in zip(batch, step.agreed):
             agreed[i] = a
         steps += 1
+        share = sum(agreed) / len(cloned)
         bar.update(1)
-        bar.set_postfix(loss=round(step.loss, 4), agreement=round(sum(agreed) / len(cloned), 3))
+        bar.set_postfix(loss=round(step.loss, 4), agreement=round(share, 3))
     bar.close()
     return {
         "steps": steps,
-        "agreement": round(sum(agreed) / len(cloned), 4),
+        "agreement": round(share, 4),
         "seconds": round(time.monotonic() - begun, 3),
     }
 
