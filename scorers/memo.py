@@ -91,6 +91,11 @@ class MemoizedScorer:
         self.cached += len(questions) - len(missing)
         return [found[key] for key in keys]
 
+    def peek(self, question: Question) -> Decision | None:
+        """The kept decision of `question`, or None; scores nothing, counts nothing."""
+        kept = self._kept.get(question_key(question))
+        return None if kept is None else kept[0]
+
     def _keep(self, key: bytes, decision: Decision) -> None:
         size = len(key) + len(pickle.dumps(decision))
         self._kept[key] = (decision, size)

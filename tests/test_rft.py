@@ -505,14 +505,35 @@ def test_rft_learns_a_text_env_whose_words_mislead_the_zero_shot_scorer(tmp_path
 
 def fit_case(learning_rate: float, **options):
     """A tiny policy and three questions labelled against its zero-shot argmax, with the options to clone them."""
-    from jetgym.training.run import measure
-
     policy = Policy(tiny_scorer(), LoraOptions(lora_rank=4, lora_alpha=8), seed=0)
     asked = [Question(context=f"Choose. room {i}", candidates=["go west", "go east"]) for i in range(3)]
-    agreed, _ = measure(policy.scorer, [Question(q.context, q.candidates, gold=0) for q in asked], Shards())
+    agreed = [d.choice == 0 for d in policy.scorer.decide_many(asked)]
     cloned = [rft.Kept(Question(q.context, q.candidates, gold=int(a)), 1.0, 1) for q, a in zip(asked, agreed)]
     optimizer = torch.optim.AdamW(policy.parameters(), lr=learning_rate)
     return policy, optimizer, cloned, RFTOptions(minibatch=2, learning_rate=learning_rate, **options)
+
+
+def test_measure_reads_what_the_round_played_and_runs_the_rest_through_the_kept_trunk():
+    """The fit's measure agrees with the scorer (one full forward per question, after a step moved the weights):
+    a question the round played is read back, the rest go through the policy, the trained layers alone once
+    their trunk is kept."""
+    from jetgym.training.run import measure
+
+    policy = Policy(tiny_scorer(), LoraOptions(lora_rank=4, lora_alpha=8, lora_layers=1), seed=0)
+    asked = [Question(context=f"Choose. room {i}", candidates=["go west", "go east", "wait"]) for i in range(4)]
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=0.05)
+    fit_step(policy, optimizer, [replace(q, gold=1) for q in asked], SFTOptions())
+    assert len(policy.trunk.kept) == 4  # the step kept every question's trunk states
+    played = policy.scorer.decide_many(asked[:2])  # memoized, as a round's play
+    golds = [[0], [1, 2], [2], [0, 1]]
+    ran_below = []
+    policy.trunk._keep = lambda key, row: ran_below.append(key)
+    checked = measure(policy, [replace(q, gold=0) for q in asked], Shards(), golds)
+    assert (checked.read, checked.evaluated) == (2, 2) and ran_below == []  # the trunk's states were read
+    plain = [policy.scorer.scorer.decide_many([q])[0] for q in asked]  # unmemoized, one question at a time
+    assert plain[:2] == played
+    assert checked.agreed == [d.choice in g for d, g in zip(plain, golds)]
+    assert checked.nll == pytest.approx([d.nll_of(g) for d, g in zip(plain, golds)], abs=1e-4)
 
 
 def test_cloning_stops_once_the_argmax_agrees_and_skips_what_already_agrees():
@@ -578,7 +599,7 @@ def test_the_final_round_refits_every_fitted_label_the_clone_drifted_off():
     """A round replays only a sample of the fitted labels, so one the clone drifted off since is found late; the
     final round measures every fitted label and fits the drifted ones again. Labels given up after their tries are
     left out of that sweep, as they are of the rounds' targets."""
-    from jetgym.training.run import FitRecord, clone_to_fit, measure
+    from jetgym.training.run import FitRecord, clone_to_fit
 
     policy, optimizer, cloned, options = fit_case(0.05, updates=100, tries=2, replay_ratio=0)
     keys = [rft.state_key(k.decision) for k in cloned]
@@ -596,8 +617,8 @@ def test_the_final_round_refits_every_fitted_label_the_clone_drifted_off():
     )
     assert (final.fresh, final.replayed, final.agreement) == (0, 3, 1.0)
     assert 2 <= final.steps < 100  # all three were off: trained until they agree, not to the cap
-    agreed, _ = measure(policy.scorer, [k.decision for k in cloned], Shards(), [k.accepted() for k in cloned])
-    assert agreed == [True, True, True]
+    decided = policy.scorer.decide_many([replace(k.decision, gold=None) for k in cloned])
+    assert [d.choice in k.accepted() for d, k in zip(decided, cloned)] == [True, True, True]
 
 
 def test_fit_options_refuse_bad_values():

@@ -46,7 +46,7 @@ from .data_parallel import Shards
 from .evaluation import QUESTIONS, question_digest
 from .options import PPOOptions, RFTOptions, SFTOptions, learning_rate_at
 from .ppo import Rollout, Rollouts, update
-from .sft import check_labelled, evaluate_questions, fit_step, gold_indices
+from .sft import check_labelled, evaluate_questions, fit_step, gold_indices, gold_nll
 
 TRAIN_LOG = "train.jsonl"
 SUMMARY = "summary.json"
@@ -527,7 +527,6 @@ def run_rft(
                 )
             )
             fitting = time.monotonic()
-            measured = {f"check_{k}": v for k, v in memo_counts(policy).items()}  # the fit's measure, not play
             done += 1
             steps += played_steps
             ended = [e for e in played if e.ended]  # not the ones the budget cut
@@ -556,7 +555,6 @@ def run_rft(
                 **fit.row(),
                 "learning_rate": rate,
                 **counts,
-                **measured,
                 "rollout_seconds": round(collected - begun, 3),
                 "update_seconds": round(fitting - collected, 3),
                 "env_steps_per_second": round(played_steps / max(time.monotonic() - begun, 1e-9), 3),
@@ -597,7 +595,7 @@ def run_rft(
             refitted = refit(policy, cloned, options, autocast, shards, generator, progress and shards.writer)
         last = next((row for row in reversed(rows) if row["success_rate"] is not None), {})
         labels = [k.accepted() for k in cloned]
-        agreed = measure(policy.scorer, [k.decision for k in cloned], shards, labels)[0] if cloned else []
+        agreed = measure(policy, [k.decision for k in cloned], shards, labels, autocast).agreed if cloned else []
         summary = {
             "algorithm": "rft",
             "rounds": done,
@@ -632,6 +630,7 @@ class Fit:
     steps: int
     agreement: float | None
     loss: float | None
+    checked: Measured | None = None  # the first measure
 
     def row(self) -> dict:
         return {
@@ -640,6 +639,8 @@ class Fit:
             "clone_steps": self.steps,
             "clone_agreement": None if self.agreement is None else round(self.agreement, 6),
             "loss": None if self.loss is None else round(self.loss, 6),
+            "check_cached": self.checked.read if self.checked else 0,
+            "check_scored": self.checked.evaluated if self.checked else 0,
         }
 
 
@@ -733,7 +734,8 @@ def clone_to_fit(
     # the target counts the fresh and the replayed that were fitted; one missed in all its tries is not waited for
     counted = [n < len(fresh) or record.is_fitted(keys[i], labels[i]) for n, i in enumerate(picked)]
     accepted = [labels[i] for i in picked]
-    agreed, nll = measure(policy.scorer, [k.decision for k in chosen], shards, accepted)
+    checked = measure(policy, [k.decision for k in chosen], shards, accepted, autocast)
+    agreed, nll = list(checked.agreed), list(checked.nll)
 
     def short() -> bool:
         return sum(a for a, c in zip(agreed, counted) if c) < options.fit * sum(counted)
@@ -758,7 +760,7 @@ def clone_to_fit(
     for n, (i, a) in enumerate(zip(picked, agreed)):
         record.update(keys[i], labels[i], a, n < len(fresh))
     record.keep_only(set(keys))
-    return Fit(len(fresh), len(replayed), steps, sum(agreed) / len(chosen), sum(nll) / len(nll))
+    return Fit(len(fresh), len(replayed), steps, sum(agreed) / len(chosen), sum(nll) / len(nll), checked)
 
 
 def clone_step(policy, optimizer, kept: list, accepted: list, options: RFTOptions, autocast, shards):
@@ -805,20 +807,44 @@ def refit(policy, cloned: list, options: RFTOptions, autocast, shards, generator
     }
 
 
-def measure(
-    scorer, questions: list, shards: Shards, accepted: Sequence[Sequence[int]] | None = None
-) -> tuple[list[bool], list[float]]:
-    """Each question's argmax agreement with its gold and gold NLL through the scorer (inference, no gradient),
-    asked without the gold so that a memoized scorer reuses the round's decisions. `accepted`: per question, the
-    candidate indices that count as its gold (default: the gold's text)."""
-    golds = accepted if accepted is not None else [gold_indices(q) for q in questions]
+@dataclass(frozen=True)
+class Measured:
+    """Per question: its argmax agreement with its gold and its gold NLL; how many were `read` back from the
+    memoized decisions and how many `evaluated` through the policy."""
 
-    def judge(part: list) -> list[tuple[bool, float]]:
-        asked = scorer.decide_many([replace(q, gold=None) for q, _ in part])
-        return [(d.choice in g, d.nll_of(g)) for d, (_, g) in zip(asked, part)]
+    agreed: list[bool]
+    nll: list[float]
+    read: int
+    evaluated: int
+
+
+def measure(
+    policy, questions: list, shards: Shards, accepted: Sequence[Sequence[int]] | None = None, autocast: bool = False
+) -> Measured:
+    """Each question's argmax agreement with its gold and gold NLL under the policy's current weights, without
+    gradients. A question whose decision the memoized scorer still keeps (the round played it and the weights
+    have not moved since) is read back; the rest run through `Policy.evaluate`, where a question trained or
+    measured before has its frozen trunk's states kept, so only the trained layers run. `accepted`: per question,
+    the candidate indices that count as its gold (default: the gold's text)."""
+    golds = accepted if accepted is not None else [gold_indices(q) for q in questions]
+    peek = getattr(policy.scorer, "peek", lambda question: None)
+
+    def judge(part: list) -> list[tuple[bool, float, bool]]:
+        asked = [replace(q, gold=None) for q, _ in part]
+        kept = [peek(q) for q in asked]
+        out = [(d.choice in g, d.nll_of(g), True) if d is not None else None for d, (_, g) in zip(kept, part)]
+        rest = [i for i, d in enumerate(kept) if d is None]
+        if rest:
+            with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                log_q = policy.evaluate([asked[i] for i in rest]).log_q
+                nll = gold_nll(log_q, [asked[i] for i in rest], [part[i][1] for i in rest]).tolist()
+            for i, lq, n in zip(rest, log_q, nll):
+                out[i] = (int(torch.argmax(lq)) in part[i][1], n, False)
+        return out
 
     scored = shards.map(judge, list(zip(questions, golds)))
-    return [a for a, _ in scored], [n for _, n in scored]
+    read = sum(r for _, _, r in scored)
+    return Measured([a for a, _, _ in scored], [n for _, n, _ in scored], read, len(scored) - read)
 
 
 def memo_counts(policy) -> dict:
