@@ -630,7 +630,8 @@ class Fit:
     steps: int
     agreement: float | None
     loss: float | None
-    checked: Measured | None = None  # the first measure
+    read: int = 0  # of the first measure: read back from the round's decisions
+    evaluated: int = 0  # and run through the policy
 
     def row(self) -> dict:
         return {
@@ -639,8 +640,8 @@ class Fit:
             "clone_steps": self.steps,
             "clone_agreement": None if self.agreement is None else round(self.agreement, 6),
             "loss": None if self.loss is None else round(self.loss, 6),
-            "check_cached": self.checked.read if self.checked else 0,
-            "check_scored": self.checked.evaluated if self.checked else 0,
+            "check_cached": self.read,
+            "check_scored": self.evaluated,
         }
 
 
@@ -735,7 +736,7 @@ def clone_to_fit(
     counted = [n < len(fresh) or record.is_fitted(keys[i], labels[i]) for n, i in enumerate(picked)]
     accepted = [labels[i] for i in picked]
     checked = measure(policy, [k.decision for k in chosen], shards, accepted, autocast)
-    agreed, nll = list(checked.agreed), list(checked.nll)
+    agreed, nll = checked.agreed, checked.nll
 
     def short() -> bool:
         return sum(a for a, c in zip(agreed, counted) if c) < options.fit * sum(counted)
@@ -760,7 +761,15 @@ def clone_to_fit(
     for n, (i, a) in enumerate(zip(picked, agreed)):
         record.update(keys[i], labels[i], a, n < len(fresh))
     record.keep_only(set(keys))
-    return Fit(len(fresh), len(replayed), steps, sum(agreed) / len(chosen), sum(nll) / len(nll), checked)
+    return Fit(
+        len(fresh),
+        len(replayed),
+        steps,
+        sum(agreed) / len(chosen),
+        sum(nll) / len(nll),
+        checked.read,
+        checked.evaluated,
+    )
 
 
 def clone_step(policy, optimizer, kept: list, accepted: list, options: RFTOptions, autocast, shards):
