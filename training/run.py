@@ -706,17 +706,17 @@ def clone_to_fit(
     """Clone a round's decisions (`rft.Kept`) until a share `options.fit` of them agree with their labels (those
     missed in all their tries are trained but not waited for): the fresh ones (not yet fitted to their label, and
     cloned as fresh in fewer than `options.tries` rounds; `record` is updated here) and a sample of the rest
-    (`options.replay_ratio` times as many, at least a minibatch), so a round costs what it adds, not the whole
-    pool, nor every label that never fits. They are measured first (`measure`: free for questions the round
-    played, the weights have not moved since); none agreeing short of the target, shuffled passes of
-    `options.minibatch` train them, each step measuring its minibatch before it, until the latest measures reach
-    the target or the cap: `options.updates` steps (times `round_share`, the share of the round's episodes played
-    to their end, below 1 when the budget cut the round), or one per `options.env_steps_per_update` of the
-    round's `played_steps`, or one pass over the fresh ones, whichever is most. The `final` round replays every fitted label instead of a sample, so the labels the clone
-    has drifted off since they were fitted are found and fitted again, and its cap (at least one pass over all it
-    takes) is `options.tries` times a round's, the steps its fresh labels would have had in the rounds they would
-    have been tried in again: what the run leaves behind agrees with every label it fitted, not only the latest
-    round's."""
+    (`options.replay_ratio` times as many, at least a minibatch), so a round costs what it adds, not the whole pool,
+    nor every label that never fits. They are measured first (`measure`: free for questions the round played, the
+    weights have not moved since); none agreeing short of the target, shuffled passes of `options.minibatch` train
+    them, each step measuring its minibatch before it, until the latest measures reach the target or the cap:
+    `options.updates` steps (times `round_share`, the share of the round's episodes played to their end, below 1
+    when the budget cut the round), or one per `options.env_steps_per_update` of the round's `played_steps`, or one
+    pass over the fresh ones, whichever is most. The `final` round replays every fitted label instead of a sample,
+    so the labels the clone has drifted off since they were fitted are found and fitted again, and its cap (at least
+    one pass over all it takes) is `options.tries` times a round's, the steps its fresh labels would have had in the
+    rounds they would have been tried in again: what the run leaves behind agrees with every label it fitted, not
+    only the latest round's."""
     from . import rft
 
     keys = [rft.state_key(k.decision) for k in cloned]
