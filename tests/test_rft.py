@@ -192,6 +192,28 @@ def test_the_pool_keeps_one_action_per_question_the_one_with_the_best_continuati
     assert rft.Pool(3, pool.rows()).rows() == pool.rows()
 
 
+def test_a_planned_label_is_trusted_where_every_action_was_played_or_a_kept_episode_passed():
+    """Q was played with two of its three actions, in episodes that failed: the better of the two may not be its
+    best, so the pool decides there (it has nothing); once the third is played, the plan labels Q."""
+    from jetgym.training.plan import Transitions
+
+    def at(room, gold):
+        return Question(context=f"at {room}", candidates=["x", "y", "z"], gold=gold)
+
+    def episode(member, *steps, success=False):
+        decisions = [at(room, gold) for room, gold in steps]
+        rewards = [0.0] * (len(steps) - 1) + [float(success)]
+        return rft.Played(0, member, decisions, rewards, success=success, terminated=True, ended=True)
+
+    pool, transitions, options = rft.Pool(8), Transitions(), RFTOptions()
+    first = [episode(0, ("A", 0), success=True), episode(1, ("Q", 1), ("A", 1)), episode(2, ("Q", 0), ("R", 0))]
+    labelled = rft.label_round(first, pool, transitions, options)
+    assert [(k.decision.context, k.decision.gold) for k in labelled.planned] == [("at A", 0)]  # A: a kept episode
+    assert [(k.decision.context, k.decision.gold) for k in labelled.cloned] == [("at A", 0)]
+    labelled = rft.label_round([episode(0, ("Q", 2), ("R", 0))], pool, transitions, options)
+    assert sorted((k.decision.context, k.decision.gold) for k in labelled.planned) == [("at A", 0), ("at Q", 1)]
+
+
 def test_step_groups_keep_the_action_of_best_mean_return_at_each_recurring_question():
     def at(room, gold):
         return Question(context=f"at {room}", candidates=["x", "y"], gold=gold)

@@ -145,6 +145,10 @@ class Transitions:
             out[key] = [a for a, v in enumerate(values) if v >= top - 1e-9]
         return out
 
+    def tried_all(self, key: bytes) -> bool:
+        """Whether every candidate of the state has been played there (its best played action is its best one)."""
+        return len(self.edges.get(key, ())) >= self.width.get(key, 1)
+
     def labels(self, gamma: float, tolerance: float = 1e-6) -> list[Label]:
         """At every state played with more than one action whose values differ, the best action (gold: the lowest
         index of those within `tolerance` of the best value, the others its `ties`)."""

@@ -318,7 +318,9 @@ class Labelled(NamedTuple):
 
 def label_round(played: Sequence[Played], pool: Pool, transitions, options: RFTOptions) -> Labelled:
     """Steps 2-3 of a round (module notes): keep, pool the loop-erased kept decisions (and step groups), add every
-    episode to `transitions` and plan on them (`advantage=plan`), and list what is cloned."""
+    episode to `transitions` and plan on them (`advantage=plan`), and list what is cloned. A planned label is
+    trusted where every candidate was played or a kept episode passed; elsewhere the best played action may only
+    be the best of the few tried, and the question is left to the pool."""
     kept = kept_episodes(played, options.keep)
     stepped = step_groups(played, options.gamma) if options.advantage == "step-group" else []
     new = pool.add([d for e in kept for d in loop_erased(e, options.gamma)] + stepped)
@@ -326,7 +328,11 @@ def label_round(played: Sequence[Played], pool: Pool, transitions, options: RFTO
     if options.advantage == "plan":
         for episode in played:
             transitions.add(episode.decisions, episode.rewards, episode.terminated)
-        planned = [Kept(label.decision, label.value, 0, ties=label.ties) for label in transitions.labels(options.gamma)]
+        planned = [
+            Kept(label.decision, label.value, 0, ties=label.ties)
+            for label in transitions.labels(options.gamma)
+            if transitions.tried_all(key := state_key(label.decision)) or key in pool.items
+        ]
     return Labelled(kept, stepped, planned, new, with_planned(pool, planned))
 
 
