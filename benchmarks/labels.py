@@ -1,7 +1,8 @@
 """How often rft's labels name a shortest-route action, on BabyAI GoToLocal (no model; writes `rft-labels`).
 
 rft clones labels it builds from reward alone: the kept episodes' actions (loop-erased, `Pool`) and, with
-`train.advantage=plan`, the best played action at every question played with several actions (`Transitions`).
+`train.advantage=plan`, the best played action at every question played with several actions where every candidate
+was played or a kept episode passed (`Transitions`, `rft.label_round`).
 This plays rft's rounds exactly as `jetgym train algorithm=rft` builds them (`rft.play_round` and `rft.label_round`:
 the same seeds, groups, keep rule, optimistic explorer and labels), with a uniform scorer standing in for the model (member 0 of each
 group then plays uniformly, as an untrained prior would). At every step an oracle reads the env's full grid:
