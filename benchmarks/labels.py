@@ -2,18 +2,18 @@
 
 rft clones labels it builds from reward alone: the kept episodes' actions (loop-erased, `Pool`) and, with
 `train.advantage=plan`, the best played action at every question played with several actions where every candidate
-was played or a kept episode passed (`Transitions`, `rft.label_round`).
-This plays rft's rounds exactly as `jetgym train algorithm=rft` builds them (`rft.play_round` and `rft.label_round`:
-the same seeds, groups, keep rule, optimistic explorer and labels), with a uniform scorer standing in for the model (member 0 of each
-group then plays uniformly, as an untrained prior would). At every step an oracle reads the env's full grid:
-a breadth-first search over (cell, heading) to the places that face an object the mission names; an action is
-right when it shortens that route by one step. A label is scored by the share of its question's visits at which
-it was right (one question can stand for several places that look alike). Chance is the share of right actions
-among the seven. Per round: the planned labels, the pool's labels (kept episodes alone, what
-`train.advantage=episode` clones) and what a round clones by default (planned first, the pool elsewhere).
-What a round clones is also scored by situation (`situation`: the describer's line on where the named object
-is, distances above one step alike): within each situation, how often each label is right, and how often the
-most frequent of the situation's other labels is, which is what a clone that generalised from the situation alone would play.
+was played or a kept episode passed (`Transitions`, `rft.label_round`). This plays rft's rounds exactly as `jetgym
+train algorithm=rft` builds them (`rft.play_round` and `rft.label_round`: the same seeds, groups, keep rule,
+optimistic explorer and labels), with a uniform scorer standing in for the model (member 0 of each group then plays
+uniformly, as an untrained prior would). At every step an oracle reads the env's full grid: a breadth-first search
+over (cell, heading) to the places that face an object the mission names; an action is right when it shortens that
+route by one step. A label is scored by the share of its question's visits at which it was right (one question can
+stand for several places that look alike). Chance is the share of right actions among the seven. Per round: the
+planned labels, the pool's labels (kept episodes alone, what `train.advantage=episode` clones) and what a round
+clones by default (planned first, the pool elsewhere). What a round clones is also scored by situation (`situation`:
+the describer's line on where the named object is, distances above one step alike): within each situation, how often
+each label is right, and how often the most frequent of the situation's other labels is, which is what a clone that
+generalised from the situation alone would play.
 
     .venv/bin/python -m benchmarks.labels --docs
     .venv/bin/python -m benchmarks.labels --env-steps 2000 --keep top:0.25
