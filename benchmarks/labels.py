@@ -247,7 +247,10 @@ def report(rows: list[dict], env_id: str, keep: str, seed: int) -> str:
         f" stand where no right action was ever played and {wrong['right_action_played']} where one was played but"
         " planned lower (what followed it was played less).",
     ]
-    lines += ["", f"Command: `python -m benchmarks.labels --env-steps {rows[-1]['env_steps']} --keep {keep}`"]
+    lines += [
+        "",
+        f"Command: `python -m benchmarks.labels --env-steps {rows[-1]['env_steps']} --keep {keep} --seed {seed}`",
+    ]
     lines.append(f"Machine: {platform.processor() or platform.machine()}; no torch work (seconds, not minutes).")
     return "\n".join(lines)
 
