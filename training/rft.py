@@ -27,9 +27,10 @@ episodes that were not kept. Its clone is weighted by that advantage over the sp
 to go (at most 1), so an action that won by a hair, as by chance, weighs little.
 With `advantage=plan`, every transition of every round so far is planned on (`jetgym.training.plan`: value
 iteration on the empirical MDP whose states are the questions), and at each question played with more than one
-action the best one, with any played action of the same value as its ties (`Kept.accepted`: the clone may
-agree on any of them), is cloned in place of the pool's (`with_planned`); the exploring share of step 1's draws goes
-to the actions of an optimistic explorer planned on the same transitions (`Transitions.explorer`).
+action, where every candidate was played or a kept episode passed, the best one, with any played action of the
+same value as its ties (`Kept.accepted`: the clone may agree on any of them), is cloned in place of the pool's
+(`with_planned`); the exploring share of step 1's draws goes to the actions of an optimistic explorer planned on
+the same transitions (`Transitions.explorer`).
 Returns to go are discounted by `gamma` (default 0.95): on a long episode cut by a time limit, an undiscounted
 return to go mostly counts the steps left, whatever the action; discounted, it weighs what follows soon.
 Rounds go on until `env_steps` env steps have been played (the last round is cut there: in one process the
