@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections import deque
 from typing import Any, Callable, Literal, Sequence
@@ -13,13 +14,14 @@ from jetgym.scorers.decision import draw
 from jetgym.scorers.registry import check_choice
 
 from .base import AGENTS, Act, check_batch
-from .describers import env_attr, infer_space, is_image, make_describer
+from .describers import env_attr, infer_space, is_image, make_describer, representative
 from .prompt import check_examples, question_messages, question_text
 
 Perception = Literal["none", "describe"]
-PolicyMode = Literal["argmax", "sample"]  # how the agent picks (the trainable model is training.policy.Policy)
+# how the agent picks (the trainable model is training.policy.Policy)
+PolicyMode = Literal["auto", "argmax", "untried", "sample"]
 PERCEPTIONS = ("none", "describe")
-POLICIES = ("argmax", "sample")
+POLICIES = ("auto", "argmax", "untried", "sample")
 MANY_CANDIDATES = 64  # more in one question: every decision scores them all, a warning says so (once per agent)
 
 
@@ -34,6 +36,22 @@ def check_agent_options(perception: str, policy: str, memory: int, temperature: 
         raise ValueError(f"{prefix}temperature must be > 0, got {temperature}")
 
 
+def deterministic(env) -> bool:
+    """Whether `env`'s steps are deterministic as far as jetgym knows: a MiniGrid or BabyAI env, or one that says so
+    (a true `deterministic` attribute through its wrappers)."""
+    from jetgym.envs.minigrid import is_minigrid
+
+    return env is not None and (bool(env_attr(env, "deterministic", False)) or is_minigrid(representative(env)))
+
+
+def resolve_policy(policy: str, env=None) -> str:
+    """`auto`: `untried` on a deterministic env (where a memoryless argmax that comes back to a view it has seen
+    repeats itself to the time limit), else `argmax`; any other policy as it is."""
+    if policy != "auto":
+        return policy
+    return "untried" if deterministic(env) else "argmax"
+
+
 @AGENTS.register("scorer")
 class ScorerAgent:
     """Builds a question from the observation, asks the scorer (`decide_many`), acts on the distribution.
@@ -44,8 +62,11 @@ class ScorerAgent:
     scorer: any `jetgym.scorers` scorer; task: fixed text (default: the env's `task` attribute when `env` is
     given); memory: how many of its own last actions are quoted; describer: `auto`, a registered name
     (`jetgym.agents.describers.DESCRIBERS`) or a callable `observation -> str`; perception: for image
-    observations, `describe` (a sentence from the pixels) or `none`; policy: `argmax` (the scorer's choice) or
-    `sample` (seeded per episode and slot, from softmax(scores / temperature), the scores the decision rule uses);
+    observations, `describe` (a sentence from the pixels) or `none`; policy: `argmax` (the scorer's choice),
+    `untried` (the argmax among the candidates not yet taken at this question in this episode; every one taken:
+    start over; so a memoryless agent does not turn between two look-alike views to the time limit), `auto`
+    (`untried` on a deterministic env, else `argmax`: `resolve_policy`) or `sample` (seeded per episode and
+    slot, from softmax(scores / temperature), the scores the decision rule uses);
     examples: worked (observation text, control text) pairs shown as earlier chat turns (`agents.prompt`; chat
     template only), the observation texts written as the describer writes them; screenshot: attach the image
     observation as the question's image (vision-language models only); env / observation_space: where the
@@ -63,7 +84,7 @@ class ScorerAgent:
         memory: int = 0,
         describer: str | Callable = "auto",
         perception: Perception = "describe",
-        policy: PolicyMode = "argmax",
+        policy: PolicyMode = "auto",
         temperature: float = 1.0,
         screenshot: bool = False,
         env=None,
@@ -76,7 +97,8 @@ class ScorerAgent:
             raise ValueError(f"digits must be >= 1, got {digits}")
         self.scorer, self.memory = scorer, memory
         self.task = (env_attr(env, "task", "") or "") if task is None else task
-        self.perception, self.policy, self.temperature, self.screenshot = perception, policy, temperature, screenshot
+        self.perception, self.temperature, self.screenshot = perception, temperature, screenshot
+        self.policy = resolve_policy(policy, env)
         self.digits = digits
         self.examples = check_examples(examples)
         self._spec, self._env = describer, env
@@ -91,6 +113,7 @@ class ScorerAgent:
         self.describer = None if space is None and not callable(describer) else self._build(space)
         self.recent: dict[int, deque[str]] = {}
         self.rngs: dict[int, np.random.Generator] = {}
+        self.taken: dict[int, dict[str, set[int]]] = {}  # slot -> question text -> candidates taken there
         self.warned_many = False
 
     def _build(self, space):
@@ -114,6 +137,7 @@ class ScorerAgent:
     def reset(self, seed: int | None = None, slot: int = 0) -> None:
         self.recent[slot] = deque(maxlen=self.memory)
         self.rngs[slot] = np.random.default_rng(seed)
+        self.taken[slot] = {}
 
     def question(self, observation, candidates, slot: int = 0) -> Question:
         """The scorer question for this observation: only the observation's text, own actions, the candidates."""
@@ -156,7 +180,12 @@ class ScorerAgent:
         return [self._choose(q, d, c, s) for q, d, c, s in zip(questions, decisions, candidate_sets, slots)]
 
     def _choose(self, question: Question, decision, candidates, slot: int) -> Act:
-        index = decision.choice if self.policy == "argmax" else self._sample(decision.corrected, slot)
+        if self.policy == "sample":
+            index = self._sample(decision.corrected, slot)
+        elif self.policy == "untried":
+            index = self._untried(question.context, decision, slot)
+        else:
+            index = decision.choice
         self.record(candidates.texts[index], slot)
         usage = decision.usage.to_dict() if hasattr(decision.usage, "to_dict") else None
         return Act(
@@ -169,6 +198,19 @@ class ScorerAgent:
             question.context,
             usage,
         )
+
+    def _untried(self, context, decision, slot: int) -> int:
+        """The argmax among the candidates not yet taken at this question in this episode (all taken: start over)."""
+        key = context if isinstance(context, str) else json.dumps(context, sort_keys=True)
+        taken = self.taken.setdefault(slot, {}).setdefault(key, set())
+        if len(taken) >= len(decision.probs):
+            taken.clear()
+        scores = np.asarray(decision.corrected, dtype=float)
+        index = decision.choice
+        if index in taken:
+            index = max((k for k in range(len(scores)) if k not in taken), key=lambda k: (scores[k], -k))
+        taken.add(index)
+        return index
 
     def _sample(self, scores, slot: int) -> int:
         return draw(scores, self.temperature, self.rngs.setdefault(slot, np.random.default_rng()))

@@ -34,6 +34,7 @@ from jetgym.runs.folder import read_jsonl
 from benchmarks.doc import docs_dir, write_results
 from jetgym.scripts import evaluate
 from jetgym.training import evaluation
+from jetgym.agents.scoring import POLICIES
 
 
 DTYPES = {"float32": "fp32", "bfloat16": "bf16", "auto": "placement.dtype=auto (jetgym-episode's default)"}
@@ -184,9 +185,9 @@ def main(argv=None) -> None:
     )
     parser.add_argument(
         "--policy",
-        choices=("argmax", "sample"),
+        choices=[p for p in POLICIES if p != "auto"],
         default="argmax",
-        help="how the trained and zero-shot scorers pick: argmax, or a draw from q (agent.policy)",
+        help="how the trained and zero-shot scorers pick (agent.policy): argmax, untried, or a draw from q",
     )
     parser.add_argument(
         "--sb3",
@@ -211,9 +212,10 @@ def main(argv=None) -> None:
         parser.error(f"--num-envs must be >= 1, got {args.num_envs}")
     if args.stop_loops and args.num_envs > 1:
         parser.error("--stop-loops plays one env at a time: leave --num-envs at 1")
-    if args.stop_loops and args.policy == "sample":
+    if args.stop_loops and args.policy != "argmax":
         parser.error(
-            "--stop-loops needs the argmax scorer (a sampling one need not repeat a loop): drop --policy sample"
+            f"--stop-loops needs the argmax scorer (with --policy {args.policy} a repeated observation need not start "
+            f"a loop): drop --policy"
         )
     folders = [Path(run) for run in args.runs]
     try:
@@ -341,11 +343,11 @@ def write_play_report(folders: list[Path], summaries: list[dict], results: dict,
             "played alone"
         )
         + f"). {DTYPES[args.dtype]}, "
-        + (
-            "argmax for the scorers"
-            if args.policy == "argmax"
-            else "the scorers draw from q, seeded by the episode's seed"
-        )
+        + {
+            "argmax": "argmax for the scorers",
+            "untried": "the scorers' argmax among the controls not yet taken at a repeated observation",
+            "sample": "the scorers draw from q, seeded by the episode's seed",
+        }[args.policy]
         + ". Mean [95% bootstrap interval over seeds]."
         + (
             " A scorer's episode that came back to an observation it had seen was stopped there and counted to "

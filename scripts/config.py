@@ -244,13 +244,14 @@ class AgentConfig:
     at every step) or `scripted` (hand-written experts for ViZDoom and Taxi; `aim`: how it steers toward what it sees
     in ViZDoom, `turn` by default or `strafe`, which suits basic). The other fields apply to `scorer`: memory (own last actions quoted), describer (`auto` or a name of
     `jetgym.agents.describers.DESCRIBERS`: how the observation becomes text), perception (`none`|`describe`: image
-    observations), policy (`argmax`|`sample`), temperature (for `sample`), screenshot (attach the image; VLMs only)."""
+    observations), policy (`auto`|`argmax`|`untried`|`sample`), temperature (for `sample`), screenshot (attach
+    the image; VLMs only)."""
 
     name: str = "scorer"
     memory: int = 0
     describer: str = "auto"
     perception: str = "describe"
-    policy: str = "argmax"
+    policy: str = "auto"
     temperature: float = 1.0
     screenshot: bool = False
     control: Optional[str] = None

@@ -6,9 +6,9 @@ Plays the run's env (its own env, scorer and agent settings; `env_id` swaps in a
 observations and actions, e.g. the test side of a train/test split, and `env_kwargs` other env settings, e.g. games
 never played in training) on held-out seeds `seed .. seed+episodes-1` (PPO and
 rft training episodes use seeds >= 1,000,000; seeds of a cloning run's demonstrations are refused) with: the trained
-scorer (its adapter, at `dtype`), the zero-shot scorer (both by `policy`: argmax, or a draw from q seeded by the
-episode's seed), `random`, and the best fixed control, picked on separate tuning seeds (`tuning_seed`, never
-reported). Reports each agent's mean return and success with 95% bootstrap intervals over seeds and the paired
+scorer (its adapter, at `dtype`), the zero-shot scorer (both by `policy`, as `agent.policy`: auto, argmax,
+untried, or a draw from q seeded by the episode's seed), `random`, and the best fixed control, picked on separate
+tuning seeds (`tuning_seed`, never reported). Reports each agent's mean return and success with 95% bootstrap intervals over seeds and the paired
 differences trained - other (same seeds resampled together). Several runs of one configuration with different
 training seeds play the same held-out seeds, each as its own agent and, per held-out seed, their mean ("trained
 (mean of N seeds)", the training procedure's result). Writes evaluation.json and evaluation.md into output_dir.
@@ -26,13 +26,13 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 
+from jetgym.agents.scoring import POLICIES
 from jetgym.runs.folder import read_jsonl, write_json, write_text
 from jetgym.training.evaluation import SUCCESS_RULES, check_runs, read_summaries, seen_share, summarize, table
 from jetgym.scripts.cli import start, user_errors
 from jetgym.scripts.config import CONFIG_PATH
 
 DTYPES = ("float32", "auto", "bfloat16")
-POLICIES = ("argmax", "sample")
 
 
 @dataclass
@@ -48,7 +48,7 @@ class EvalConfig:
     num_envs: int = 1  # held-out episodes the scorers play at once (a vector env; each keeps its seed)
     stop_loops: bool = False  # deterministic envs: end a scorer's episode at its first repeated observation
     dtype: str = "float32"  # the scorers' placement.dtype (auto: bf16 on CPUs with native bf16)
-    policy: str = "argmax"  # how the trained and zero-shot scorers pick: argmax, or a draw from q
+    policy: str = "auto"  # how the trained and zero-shot scorers pick (agent.policy: auto, argmax, untried, sample)
     env_id: str | None = None  # play this env instead of the run's (a test split: new objects, new games)
     env_kwargs: Dict[str, Any] = field(default_factory=dict)  # over the run's env kwargs, e.g. {game_seed:1001}
     output_dir: str = "outputs/eval"
@@ -79,9 +79,10 @@ class EvalConfig:
                 raise ValueError(f"env_id: {error}") from None
         if self.stop_loops and self.num_envs > 1:
             raise ValueError("stop_loops plays one env at a time: leave num_envs at 1")
-        if self.stop_loops and self.policy == "sample":
+        if self.stop_loops and self.policy not in ("argmax", "auto"):
             raise ValueError(
-                "stop_loops needs the argmax scorer (a sampling one need not repeat a loop): set policy=argmax"
+                f"stop_loops needs the argmax scorer (with policy={self.policy} a repeated observation need not "
+                f"start a loop): set policy=argmax"
             )
 
 
@@ -97,7 +98,7 @@ def play(
     scorer=None,
     stop_loops: bool = False,
     dtype: str = "float32",
-    policy: str = "argmax",
+    policy: str = "auto",
     asked: list | None = None,
 ) -> list[dict]:
     """The agent's episodes on `seeds`; `asked`, when given, receives the text of every question it was asked."""
@@ -115,6 +116,11 @@ def play(
     env = make_env(config)
     try:
         built, _ = build_agent(config, scorer=scorer, env=env)
+        if stop_loops and getattr(built, "policy", "argmax") != "argmax":
+            raise ValueError(
+                f"stop_loops needs the argmax scorer; policy={policy} plays {built.policy} on this env (a repeated "
+                f"observation need not start a loop): set policy=argmax"
+            )
         on_step = None if asked is None else lambda row, frame: asked.append(row["question"])
         return rollout(env, built, seeds[1] - seeds[0], seeds[0], on_step=on_step, progress=True, stop_loops=stop_loops)
     finally:

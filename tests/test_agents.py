@@ -249,6 +249,49 @@ def test_sampling_is_seeded(fake_scorer):
     assert act.index == int(np.argmax(act.probs)) and act.action == act.index
 
 
+class PreferenceScorer:
+    """Scores the candidates by a fixed preference per question: the first of `order` the most."""
+
+    def __init__(self, order):
+        self.order = order
+
+    def decide_many(self, questions):
+        from jetgym.scorers.decision import make_decision
+        from jetgym.scorers.types import Usage
+
+        return [
+            make_decision(q, q.candidates, [-float(self.order.index(c)) for c in q.candidates], Usage())
+            for q in questions
+        ]
+
+
+def test_untried_takes_the_best_candidate_not_yet_taken_at_a_repeated_question():
+    controls = CandidateSet(("turn left", "turn right", "go forward"), ("a", "b", "c"), (0, 1, 2))
+    scorer = PreferenceScorer(["turn right", "turn left", "go forward"])
+
+    def play(**options):
+        agent = make_agent("scorer", scorer=scorer, task="T", describer=lambda o: f"view {o}", **options)
+        agent.reset(0)
+        return [agent.act(view, controls).text for view in ("A", "B", "A", "A", "A", "A", "B")]
+
+    assert play() == ["turn right"] * 7
+    # A: right, then left, then forward, then all taken: right again; B's second visit: its second best.
+    assert play(policy="untried") == [
+        "turn right",
+        "turn right",
+        "turn left",
+        "go forward",
+        "turn right",
+        "turn left",
+        "turn left",
+    ]
+    agent = make_agent("scorer", scorer=scorer, task="T", describer=lambda o: "same", policy="untried")
+    agent.reset(0)
+    agent.act("x", controls)
+    agent.reset(1)  # a new episode forgets what was taken
+    assert agent.act("x", controls).text == "turn right"
+
+
 def test_a_question_with_many_candidates_warns_once(fake_scorer):
     import warnings
 

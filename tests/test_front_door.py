@@ -97,9 +97,10 @@ def test_eval_refuses_another_jobs_folder(tmp_path):
         (["num_envs=0"], "num_envs must be >= 1, got 0"),
         (["success=won"], "success='won' is not one of positive-return, terminated"),
         (["dtype=half"], "dtype='half' is not one of float32, auto, bfloat16"),
-        (["policy=greedy"], "policy='greedy' is not one of argmax, sample"),
+        (["policy=greedy"], "policy='greedy' is not one of auto, argmax, untried, sample"),
         (["stop_loops=true", "num_envs=2"], "stop_loops plays one env at a time: leave num_envs at 1"),
         (["stop_loops=true", "policy=sample"], "stop_loops needs the argmax scorer"),
+        (["stop_loops=true", "policy=untried"], "with policy=untried a repeated observation need not start a loop"),
         (["env_id=FrozenLake-v9"], "env_id: unknown env.id 'FrozenLake-v9': not a registered Gymnasium id"),
     ],
 )

@@ -246,3 +246,24 @@ def test_the_mission_s_objects_are_found_in_the_view():
     held = view({}, mission="pick up the blue key then go to a box", carrying=(KEY, BLUE, 0))
     assert "Named in the mission: the blue key, carried; the box, not in view." in describe_view(held)
     assert "Named in the mission" not in describe_view(view({}, mission="get to the green goal square"))
+
+
+def test_auto_policy_plays_untried_on_minigrid_and_on_envs_that_say_they_are_deterministic(fake_scorer):
+    pytest.importorskip("minigrid")
+    import gymnasium as gym
+
+    from jetgym.agents import make_agent
+    from jetgym.envs.candidates import CandidateActions
+    from jetgym.scorers import make_scorer
+
+    def policy(env, chosen="auto"):
+        return make_agent("scorer", scorer=make_scorer("fake"), env=env, policy=chosen).policy
+
+    babyai = CandidateActions(gym.make("minigrid:BabyAI-GoToRedBallGrey-v0"))
+    lake = CandidateActions(gym.make("FrozenLake-v1"), texts=["left", "down", "right", "up"])
+    vector = gym.vector.SyncVectorEnv([lambda: CandidateActions(gym.make("BabyAI-GoToRedBallGrey-v0"))] * 2)
+    assert policy(babyai) == "untried" and policy(vector) == "untried"
+    assert policy(lake) == "argmax" and policy(None) == "argmax"
+    lake.unwrapped.deterministic = True  # an env that says so
+    assert policy(lake) == "untried"
+    assert policy(babyai, "argmax") == "argmax" and policy(babyai, "sample") == "sample"

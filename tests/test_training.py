@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -949,9 +950,17 @@ def test_learning_benchmark_scorers_pick_by_the_policy_asked(tiny_folder, monkey
 
     picked = []
     monkeypatch.setattr(jetgym.agents, "rollout", lambda env, agent, *args, **kwargs: picked.append(agent.policy) or [])
-    for policy in ("argmax", "sample"):
+    for policy in ("argmax", "sample", "untried", "auto"):
         play([f"model.spec={tiny_folder}", *FROZEN_STILL], "scorer", (0, 1), policy=policy)
-    assert picked == ["argmax", "sample"]
+    assert picked == ["argmax", "sample", "untried", "argmax"]  # auto: the still lake says nothing of determinism
+
+
+def test_eval_refuses_stop_loops_where_auto_plays_untried(tiny_folder):
+    pytest.importorskip("minigrid")
+    from jetgym.scripts.evaluate import play
+
+    with pytest.raises(ValueError, match=re.escape("policy=auto plays untried on this env") + ".*set policy=argmax"):
+        play([f"model.spec={tiny_folder}", "env=babyai_goto_obj"], "scorer", (0, 1), stop_loops=True)
 
 
 def test_eval_counts_the_held_out_questions_training_played(tiny_folder, tmp_path):
