@@ -37,11 +37,17 @@ def check_agent_options(perception: str, policy: str, memory: int, temperature: 
 
 
 def deterministic(env) -> bool:
-    """Whether `env`'s steps are deterministic as far as jetgym knows: a MiniGrid or BabyAI env, or one that says so
-    (a true `deterministic` attribute through its wrappers)."""
+    """Whether `env`'s steps are deterministic as far as jetgym can tell: one that says so (a true `deterministic`
+    attribute through its wrappers), a MiniGrid or BabyAI env, or a table env (Gymnasium's toy text: `P[state][action]`
+    lists the outcomes) whose every action has one outcome (Taxi, CliffWalking, the still FrozenLake)."""
     from jetgym.envs.minigrid import is_minigrid
 
-    return env is not None and (bool(env_attr(env, "deterministic", False)) or is_minigrid(representative(env)))
+    if env is None:
+        return False
+    if env_attr(env, "deterministic", False) or is_minigrid(representative(env)):
+        return True
+    table = env_attr(env, "P")
+    return isinstance(table, dict) and all(len(outcomes) == 1 for row in table.values() for outcomes in row.values())
 
 
 def resolve_policy(policy: str, env=None) -> str:

@@ -248,7 +248,7 @@ def test_the_mission_s_objects_are_found_in_the_view():
     assert "Named in the mission" not in describe_view(view({}, mission="get to the green goal square"))
 
 
-def test_auto_policy_plays_untried_on_minigrid_and_on_envs_that_say_they_are_deterministic(fake_scorer):
+def test_auto_policy_plays_untried_on_deterministic_envs(fake_scorer):
     pytest.importorskip("minigrid")
     import gymnasium as gym
 
@@ -259,11 +259,15 @@ def test_auto_policy_plays_untried_on_minigrid_and_on_envs_that_say_they_are_det
     def policy(env, chosen="auto"):
         return make_agent("scorer", scorer=make_scorer("fake"), env=env, policy=chosen).policy
 
+    def lake(slippery):
+        return CandidateActions(gym.make("FrozenLake-v1", is_slippery=slippery), texts=["left", "down", "right", "up"])
+
     babyai = CandidateActions(gym.make("minigrid:BabyAI-GoToRedBallGrey-v0"))
-    lake = CandidateActions(gym.make("FrozenLake-v1"), texts=["left", "down", "right", "up"])
     vector = gym.vector.SyncVectorEnv([lambda: CandidateActions(gym.make("BabyAI-GoToRedBallGrey-v0"))] * 2)
     assert policy(babyai) == "untried" and policy(vector) == "untried"
-    assert policy(lake) == "argmax" and policy(None) == "argmax"
-    lake.unwrapped.deterministic = True  # an env that says so
-    assert policy(lake) == "untried"
+    assert policy(lake(False)) == "untried"  # its table has one outcome per action
+    cart = CandidateActions(gym.make("CartPole-v1"), texts=["left", "right"])
+    assert policy(lake(True)) == "argmax" and policy(cart) == "argmax" and policy(None) == "argmax"
+    cart.unwrapped.deterministic = True  # an env that says so
+    assert policy(cart) == "untried"
     assert policy(babyai, "argmax") == "argmax" and policy(babyai, "sample") == "sample"

@@ -952,15 +952,15 @@ def test_learning_benchmark_scorers_pick_by_the_policy_asked(tiny_folder, monkey
     monkeypatch.setattr(jetgym.agents, "rollout", lambda env, agent, *args, **kwargs: picked.append(agent.policy) or [])
     for policy in ("argmax", "sample", "untried", "auto"):
         play([f"model.spec={tiny_folder}", *FROZEN_STILL], "scorer", (0, 1), policy=policy)
-    assert picked == ["argmax", "sample", "untried", "argmax"]  # auto: the still lake says nothing of determinism
+    assert picked == ["argmax", "sample", "untried", "untried"]  # auto: the still lake is deterministic
 
 
 def test_eval_refuses_stop_loops_where_auto_plays_untried(tiny_folder):
-    pytest.importorskip("minigrid")
     from jetgym.scripts.evaluate import play
 
     with pytest.raises(ValueError, match=re.escape("policy=auto plays untried on this env") + ".*set policy=argmax"):
-        play([f"model.spec={tiny_folder}", "env=babyai_goto_obj"], "scorer", (0, 1), stop_loops=True)
+        play([f"model.spec={tiny_folder}", *FROZEN_STILL], "scorer", (0, 1), stop_loops=True)
+    assert play([f"model.spec={tiny_folder}", *FROZEN_STILL], "scorer", (0, 1), stop_loops=True, policy="argmax")
 
 
 def test_eval_counts_the_held_out_questions_training_played(tiny_folder, tmp_path):
@@ -1022,8 +1022,8 @@ def test_learning_benchmark_reads_every_demonstration_file_and_refuses_bad_count
     with pytest.raises(SystemExit):
         main([str(tmp_path), "--name", "x", "--stop-loops", "--policy", "sample"])
     assert (
-        "--stop-loops needs the argmax scorer (a sampling one need not repeat a loop): drop --policy sample"
-        in capsys.readouterr().err
+        "--stop-loops needs the argmax scorer (with --policy sample a repeated observation need not start a loop): "
+        "drop --policy" in capsys.readouterr().err
     )
 
 
