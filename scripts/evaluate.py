@@ -122,7 +122,10 @@ def play(
                 f"observation need not start a loop): set policy=argmax"
             )
         on_step = None if asked is None else lambda row, frame: asked.append(row["question"])
-        return rollout(env, built, seeds[1] - seeds[0], seeds[0], on_step=on_step, progress=True, stop_loops=stop_loops)
+        episodes = rollout(
+            env, built, seeds[1] - seeds[0], seeds[0], on_step=on_step, progress=True, stop_loops=stop_loops
+        )
+        return [{**e, "policy": built.policy} for e in episodes] if agent == "scorer" else episodes
     finally:
         env.close()
 
@@ -230,6 +233,7 @@ def evaluate(folders: list[Path], summaries: list[dict], options: EvalConfig, ot
     agents.update(others or {})
     results = summarize(folders, summaries, agents, list(trained), held, tuning, fixed_scores, options.success)
     results["held_out_questions_seen"] = {name: seen_share(f, asked[name]) for name, f in zip(names, folders)}
+    results["policy"] = agents["zero-shot"][0]["policy"]  # the scorers' policy as played (auto resolved)
     return results
 
 
@@ -248,7 +252,9 @@ def run_eval(config: EvalConfig, output_dir: str | None = None) -> dict:
     report = [
         f"# Held-out evaluation of {', '.join(results['runs'])}",
         "",
-        f"Seeds {held[0]}..{held[1] - 1}, {config.dtype}, {config.policy}. Mean [95% bootstrap interval over seeds].",
+        f"Seeds {held[0]}..{held[1] - 1}, {config.dtype}, the scorers' policy {results['policy']}"
+        + (" (auto)" if config.policy == "auto" else "")
+        + ". Mean [95% bootstrap interval over seeds].",
         "",
         *table(results),
     ]

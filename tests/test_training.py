@@ -1103,6 +1103,13 @@ def test_learning_benchmark_plays_several_training_seeds_on_the_same_held_out_se
     ]
     assert {f"{mine} - random" for mine in ("trained (seed 0)", "trained (seed 1)", mean)} <= set(results["paired"])
     assert [t["seed"] for t in results["training"]] == [0, 1] and "seeds 1" in capsys.readouterr().out
+    from jetgym.scripts.evaluate import EvalConfig, run_eval
+
+    # the product job plays the agent's default policy: untried on the still lake (a deterministic env)
+    product = run_eval(EvalConfig(runs=[str(r) for r in runs], episodes=3, tuning_episodes=1), str(tmp_path / "eval"))
+    assert results["policy"] == "argmax" and product["policy"] == "untried"
+    assert "the scorers' policy untried (auto)." in (tmp_path / "eval" / "evaluation.md").read_text()
+    assert set(product["agents"]) == set(agents) and product["held_out_seeds"] == results["held_out_seeds"]
     summary = json.loads((runs[1] / "summary.json").read_text())
     summary["config"]["train"]["learning_rate"] = 0.5
     (runs[1] / "summary.json").write_text(json.dumps(summary))
