@@ -186,6 +186,8 @@ def _play(
         with offscreen(env):  # frames drawn without a display: no XDG_RUNTIME_DIR line on stderr
             played = rollout(env, agent, episodes, seed, on_step, on_end, progress=not quiet, numbers=numbers)
         described = {**_about(env, agent), **(about or {})}
+        if getattr(agent, "policy", None):  # the scorer agent's policy as played (`auto` resolved on this env)
+            described["agent"] = {**described["agent"], "played_policy": agent.policy}
     finally:
         if owned:
             env.close()

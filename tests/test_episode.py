@@ -125,6 +125,7 @@ def test_seeded_fake_scorer_episodes_repeat(tmp_path, fake_scorer):
     assert episodes[0]["return"] == sum(r["reward"] for r in rows if r["episode"] == 0)
     summary = json.loads((first / SUMMARY).read_text())
     assert summary["scorer"]["name"] == "fake" and summary["episodes"] == 2 and summary["decisions"] == 24
+    assert summary["agent"]["policy"] == "auto" and summary["agent"]["played_policy"] == "argmax"  # ViZDoom
     assert "| 2 |" in (first / REPORT).read_text()
     from PIL import Image
 
