@@ -8,10 +8,10 @@ never played in training) on held-out seeds `seed .. seed+episodes-1` (PPO and
 rft training episodes use seeds >= 1,000,000; seeds of a cloning run's demonstrations are refused) with: the trained
 scorer (its adapter, at `dtype`), the zero-shot scorer (both by `policy`, as `agent.policy`: auto, argmax,
 untried, or a draw from q seeded by the episode's seed), `random`, and the best fixed control, picked on separate
-tuning seeds (`tuning_seed`, never reported). Reports each agent's mean return and success with 95% bootstrap intervals over seeds and the paired
-differences trained - other (same seeds resampled together). Several runs of one configuration with different
-training seeds play the same held-out seeds, each as its own agent and, per held-out seed, their mean ("trained
-(mean of N seeds)", the training procedure's result). Writes evaluation.json and evaluation.md into output_dir.
+tuning seeds (`tuning_seed`, never reported). Reports each agent's mean return and success with 95% bootstrap
+intervals over seeds and the paired differences trained - other (same seeds resampled together). Several runs of
+one configuration with different training seeds play the same held-out seeds, each as its own agent and, per
+held-out seed, their mean ("trained (mean of N seeds)", the training procedure's result). Writes evaluation.json and evaluation.md into output_dir.
 """
 
 from __future__ import annotations
