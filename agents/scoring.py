@@ -211,9 +211,9 @@ class ScorerAgent:
         taken = self.taken.setdefault(slot, {}).setdefault(key, set())
         if len(taken) >= len(decision.probs):
             taken.clear()
-        scores = np.asarray(decision.corrected, dtype=float)
         index = decision.choice
         if index in taken:
+            scores = decision.corrected
             index = max((k for k in range(len(scores)) if k not in taken), key=lambda k: (scores[k], -k))
         taken.add(index)
         return index

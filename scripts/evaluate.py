@@ -11,7 +11,8 @@ untried, or a draw from q seeded by the episode's seed), `random`, and the best 
 tuning seeds (`tuning_seed`, never reported). Reports each agent's mean return and success with 95% bootstrap
 intervals over seeds and the paired differences trained - other (same seeds resampled together). Several runs of
 one configuration with different training seeds play the same held-out seeds, each as its own agent and, per
-held-out seed, their mean ("trained (mean of N seeds)", the training procedure's result). Writes evaluation.json and evaluation.md into output_dir.
+held-out seed, their mean ("trained (mean of N seeds)", the training procedure's result). Writes evaluation.json
+and evaluation.md into output_dir.
 """
 
 from __future__ import annotations
