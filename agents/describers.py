@@ -6,7 +6,7 @@ returns one for an observation space:
 - a registered name (`DESCRIBERS`) builds that describer for the space (a clear error when it does not fit);
 - `auto` (default) takes, in order: the env's own `describe(observation)` method (on the env or any wrapper),
   then the first registered describer that fits the space and the env, env-specific ones first:
-  `doom`, `frozenlake`, `taxi`, `cliffwalking`, `minigrid` (`jetgym.agents.describers_minigrid`), then the generic `image`,
+  `doom`, `frozenlake`, `taxi`, `cliffwalking`, `cartpole`, `minigrid` (`jetgym.agents.describers_minigrid`), then the generic `image`,
   `discrete`, `box`, `multi_discrete`, `multi_binary`, `text`, `tuple`, `dict`.
 
 Generic describers print numbers with `digits` significant digits (`-0.47` stays `-0.47`, integers stay
@@ -19,6 +19,7 @@ map of FrozenLake) is read.
 
 from __future__ import annotations
 
+import math
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -403,6 +404,39 @@ def cliffwalking(space, env=None, perception: str = "describe", digits: int = 4)
             f"You are at row {r}, column {c} of a {nrow}x{ncol} grid (row 0 is the top, column 0 the left). "
             f"The goal is {_offset(goal[0] - r, goal[1] - c, SCREEN_WORDS)}.\n{around}."
         )
+
+    return text
+
+
+def _is_cartpole(space, env) -> bool:
+    return type(space).__name__ == "Box" and tuple(space.shape or ()) == (4,) and env_family(env) == "CartPole"
+
+
+def _graded(value: float, steps: tuple[float, float], words: tuple[str, str, str], sides: tuple[str, str]) -> str:
+    """`words[0]` below `steps[0]` in size; else `words[1]` or `words[2]` (above `steps[1]`) with the side of
+    the sign put in for `{side}` (`sides`: negative, positive)."""
+    size = abs(value)
+    if size < steps[0]:
+        return words[0]
+    return words[1 if size < steps[1] else 2].format(side=sides[value > 0])
+
+
+@register_describer("cartpole", _is_cartpole)
+def cartpole(space, env=None, perception: str = "describe", digits: int = 4) -> Describe:
+    """The cart's place and motion and the pole's lean and swing in words, graded coarsely (no numbers: looks-alike
+    states read alike, so a rule learnt on some holds on the rest). Gymnasium's signs: positive is right, for
+    the pole a lean to the right; the episode ends past 2.4 from the centre or 12 degrees of lean."""
+    sides = ("left", "right")
+
+    def text(observation) -> str:
+        x, speed, angle, swing = (float(v) for v in np.asarray(observation).reshape(-1))
+        place = _graded(x, (0.5, 1.6), ("near the centre", "{side} of the centre", "near the {side} edge"), sides)
+        motion = _graded(speed, (0.2, 1.0), ("almost still", "moving {side} slowly", "moving {side} fast"), sides)
+        lean = _graded(
+            math.degrees(angle), (1.0, 5.0), ("stands upright", "leans a little {side}", "leans far {side}"), sides
+        )
+        falling = _graded(swing, (0.2, 1.0), ("steady", "tipping {side} slowly", "tipping {side} fast"), sides)
+        return f"The cart is {place}, {motion}. The pole {lean} and is {falling}."
 
     return text
 

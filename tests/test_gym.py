@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -287,7 +288,7 @@ def test_numbers_keep_sensible_precision():
 def test_named_components_and_images(fake_scorer):
     env = gym.make("CartPole-v1")
     obs, _ = env.reset(seed=0)
-    text = make_describer("auto", env=env)(obs)
+    text = make_describer("box", env=env)(obs)  # the numbers, named; auto reads CartPole in words (below)
     assert text.startswith("Observation: cart position ") and ", pole angular velocity " in text
 
     class Named(Masked):
@@ -348,6 +349,21 @@ def test_toy_text_describers_read_the_observation_only():
         "The destination is B (row 4, column 3): 4 rows south and 3 columns east of the taxi.",
         "Next stop: the passenger, right here.",
     ]
+
+
+def test_cartpole_describer_grades_place_motion_lean_and_swing_in_words():
+    describe = make_describer(env=gym.make("CartPole-v1"))  # auto: recognised by the env's id
+    assert describe(np.array([0.01, -0.05, 0.003, 0.1], np.float32)) == (
+        "The cart is near the centre, almost still. The pole stands upright and is steady."
+    )
+    assert describe(np.array([-1.0, 0.5, math.radians(-3), 0.6], np.float32)) == (
+        "The cart is left of the centre, moving right slowly. The pole leans a little left and is tipping right slowly."
+    )
+    assert describe(np.array([2.0, -1.5, math.radians(8), -1.2], np.float32)) == (
+        "The cart is near the right edge, moving left fast. The pole leans far right and is tipping left fast."
+    )
+    with pytest.raises(ValueError, match="describer 'cartpole' does not fit"):
+        make_describer("cartpole", spaces.Box(-1, 1, (4,)), env=gym.make("MountainCar-v0"))
 
 
 def test_cliffwalking_describer_says_where_the_goal_and_the_cliff_are():

@@ -173,6 +173,22 @@ def test_keep_rules_select_within_each_group():
     assert [(e.seed, e.member) for e in rft.kept_episodes(graded + [cut], "auto")] == [(1, 1)]
 
 
+def test_auto_keeps_by_return_where_reward_comes_along_the_way():
+    """A last step that earns is no goal where earlier steps earn too: the return ranks the episodes, unless the
+    env reports success itself."""
+    walks = [[1, 1, 1, 0], [0, 0, 0, 1], [1, 0, 1, 0], [0, 0, 1, 1]]  # returns 3, 1, 2, 2
+    group = [rft.Played(0, m, rewards=r, success=r[-1] > 0, ended=True) for m, r in enumerate(walks)]
+    assert not rft.success_is_the_goal(group)
+    assert [e.member for e in rft.keep_group(group, "auto")] == [0]
+    assert [e.member for e in rft.keep_group(group, "success")] == [1, 3]
+    for episode in group:
+        episode.reported = True
+    assert [e.member for e in rft.keep_group(group, "auto")] == [1, 3]
+    sparse = [rft.Played(1, m, rewards=[-1, -1, r], success=r > 0, ended=True) for m, r in enumerate([20, -1, 20, -1])]
+    assert rft.success_is_the_goal(sparse)  # Taxi-like: only the delivery earns
+    assert [e.member for e in rft.keep_group(sparse, "auto")] == [0, 2]
+
+
 def test_the_pool_keeps_one_action_per_question_the_one_with_the_best_continuation():
     def at(room, gold):
         return Question(context=f"at {room}", candidates=["x", "y"], gold=gold)

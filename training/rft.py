@@ -10,7 +10,8 @@ A round:
 2. keeps episodes by `keep`, group by group (`keep_group`): a group whose episodes all have the same return
    teaches nothing and is dropped; `success` keeps the successful episodes (`ppo.success_of`: `is_success`,
    else a positive final reward); `top:F` the top fraction F by return, never the group's worst; `auto` (the
-   default) keeps the successes of a group where some episodes succeed and others fail, else its top quarter.
+   default) keeps the successes of a group where some episodes succeed and others fail and success is the goal
+   (`success_is_the_goal`: reported by the env, or no reward before the last step), else its top quarter.
 3. adds the kept episodes' decisions to the pool, each question once with the action taken at its last visit
    (the loop-erased episode: an action that led back to an earlier state is not the one that left it); a
    question already in the pool keeps the action with the better continuation (more return to go, then fewer
@@ -64,6 +65,7 @@ class Played:
     decisions: list[Question] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
     success: bool = False
+    reported: bool = False  # the env said whether it succeeded (`info["is_success"]`)
     terminated: bool = False
     ended: bool = False  # terminated or truncated by the env (not cut by the budget)
 
@@ -152,6 +154,7 @@ def play_round(
             episode.rewards.append(float(reward))
             if terminated or truncated:
                 episode.success, episode.terminated, episode.ended = success_of(info, reward), bool(terminated), True
+                episode.reported = "is_success" in info
                 start(k)
             else:
                 slot["observation"], slot["candidates"] = observation, info["candidates"]
@@ -166,11 +169,19 @@ def keep_group(episodes: Sequence[Played], keep: str) -> list[Played]:
     if max(returns) == min(returns):
         return []
     successes = {e.success for e in episodes}
-    if keep == "success" or (keep == "auto" and len(successes) > 1):
+    if keep == "success" or (keep == "auto" and len(successes) > 1 and success_is_the_goal(episodes)):
         return [e for e in episodes if e.success]
     fraction = 0.25 if keep == "auto" else float(keep.split(":", 1)[1])
     threshold = sorted(returns, reverse=True)[max(1, math.ceil(fraction * len(returns))) - 1]
     return [e for e in episodes if e.total >= threshold and e.total > min(returns)]
+
+
+def success_is_the_goal(episodes: Sequence[Played]) -> bool:
+    """Whether success tells the group's better episodes (`keep=auto`): the env reports it, or no episode earns
+    reward before its last step. Where reward comes along the way, a last step that earns is not a goal reached
+    (a walk of one right turn in eight that ends on it is no better than one of seven that does not): the return
+    ranks them."""
+    return all(e.reported for e in episodes) or not any(r > 0 for e in episodes for r in e.rewards[:-1])
 
 
 def kept_episodes(played: Sequence[Played], keep: str) -> list[Played]:
