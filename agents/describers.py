@@ -5,9 +5,9 @@ returns one for an observation space:
 - a callable is used as it is;
 - a registered name (`DESCRIBERS`) builds that describer for the space (a clear error when it does not fit);
 - `auto` (default) takes, in order: the env's own `describe(observation)` method (on the env or any wrapper),
-  then the first registered describer that fits the space and the env, env-specific ones first:
-  `doom`, `frozenlake`, `taxi`, `cliffwalking`, `cartpole`, `minigrid` (`jetgym.agents.describers_minigrid`), then the generic `image`,
-  `discrete`, `box`, `multi_discrete`, `multi_binary`, `text`, `tuple`, `dict`.
+  then the first registered describer that fits the space and the env, env-specific ones first: `doom`,
+  `frozenlake`, `taxi`, `cliffwalking`, `cartpole`, `minigrid` (`jetgym.agents.describers_minigrid`), then the
+  generic `image`, `discrete`, `box`, `multi_discrete`, `multi_binary`, `text`, `tuple`, `dict`.
 
 Generic describers print numbers with `digits` significant digits (`-0.47` stays `-0.47`, integers stay
 integers), name the components of a `Box` when the env documents them (an `observation_names` attribute on the
@@ -409,7 +409,9 @@ def cliffwalking(space, env=None, perception: str = "describe", digits: int = 4)
 
 
 def _is_cartpole(space, env) -> bool:
-    return type(space).__name__ == "Box" and tuple(space.shape or ()) == (4,) and env_family(env) == "CartPole"
+    from gymnasium import spaces
+
+    return isinstance(space, spaces.Box) and space.shape == (4,) and env_family(env) == "CartPole"
 
 
 def _graded(value: float, steps: tuple[float, float], words: tuple[str, str, str], sides: tuple[str, str]) -> str:
