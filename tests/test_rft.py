@@ -133,39 +133,6 @@ def test_a_round_reports_its_steps_as_they_are_played_and_stops_at_the_budget():
     assert reported == [2, 2, 1]  # one call per batch of decisions (two envs), the last cut by the budget
 
 
-class Corridor(gym.Env):
-    """Three steps in one unchanging view, three actions, no reward; `deterministic` says whether it says so."""
-
-    observation_space = gym.spaces.Discrete(1)
-    action_space = gym.spaces.Discrete(3)
-
-    def __init__(self, deterministic: bool):
-        self.deterministic, self.t = deterministic, 0
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return 0, {}
-
-    def step(self, action):
-        self.t += 1
-        return 0, 0.0, self.t == 3, False, {}
-
-
-@pytest.mark.parametrize("deterministic", [True, False])
-def test_exploring_draws_in_a_deterministic_env_try_what_the_episode_has_not_done_there(deterministic):
-    policy = Policy(tiny_scorer(), LoraOptions(lora_rank=4, lora_alpha=8), seed=0)
-    envs = [CandidateActions(Corridor(deterministic), texts=["a", "b", "c"]) for _ in range(2)]
-    agent = make_agent("scorer", scorer=policy.scorer, task="Go.", describer=lambda o: "here", policy="sample")
-    options = RFTOptions(group=2, seeds_per_round=10, num_envs=2)  # member 1 of each group explores only
-    played = rft.play_round(envs, agent, policy.scorer, range(10), options, 1.0, 0)
-    orders = [sorted(int(d.gold) for d in e.decisions) for e in played if e.member == 1]
-    assert len(orders) == 10
-    # deterministic: each exploring episode takes the three actions once in its three visits of the one view;
-    # otherwise its draws are independent, and some episode repeats one (chance of none: (6/27)**10)
-    assert all(order == [0, 1, 2] for order in orders) == deterministic
-
-
 def test_episodes_cut_by_the_budget_are_marked_and_the_round_row_leaves_them_out(tmp_path):
     policy = Policy(tiny_scorer(), LoraOptions(lora_rank=4, lora_alpha=8), seed=0)
     envs = [CandidateActions(gym.wrappers.TimeLimit(MisleadingRooms(), 6)) for _ in range(2)]

@@ -6,8 +6,7 @@ A round:
    Actions are sampled from q at the agent's temperature mixed with the uniform distribution over the admissible
    candidates: episode g of a group mixes in `explore * g / (group - 1)`, so every group holds episodes that
    follow the model's prior and episodes that explore regardless of it (a prior that points the wrong way is
-   overcome without any setting). In a deterministic env, the exploring share at a question the episode comes
-   back to goes to the candidates it has not taken there yet (`untried`), as the agent's `untried` policy does.
+   overcome without any setting).
 2. keeps episodes by `keep`, group by group (`keep_group`): a group whose episodes all have the same return
    teaches nothing and is dropped; `success` keeps the successful episodes (`ppo.success_of`: `is_success`,
    else a positive final reward); `top:F` the top fraction F by return, never the group's worst; `auto` (the
@@ -49,7 +48,6 @@ from typing import Any, Callable, NamedTuple, Sequence
 import numpy as np
 
 from jetgym.agents.rollout import env_reset, env_step
-from jetgym.agents.scoring import deterministic
 from jetgym.scorers import Question
 from jetgym.scorers.decision import draw
 
@@ -103,9 +101,7 @@ def play_round(
     the most env steps to play; when it runs out, the episodes under way end there (cut, as by a time limit) and
     the ones not begun are left out. `on_steps(n)`: called after each batch of decisions with its env steps.
     `explorer` (`plan.Transitions.explorer`): at the questions it lists, the exploring share of a draw goes to its
-    actions; elsewhere, in a deterministic env (`agents.scoring.deterministic`), to the candidates the episode has
-    not yet taken at that question (`untried`), else to every candidate alike."""
-    systematic = deterministic(envs[0])  # exploring draws also avoid what the episode already did (`untried`)
+    actions (elsewhere, to every candidate alike)."""
     todo = [(s, m) for s in seeds for m in range(options.group)]
     played = [Played(s, m) for s, m in todo]
     slots: list[dict | None] = [None] * len(envs)
@@ -125,7 +121,6 @@ def play_round(
             "candidates": info["candidates"],
             "rng": np.random.default_rng([episode_seed, s, m]),
             "explore": explore_of(m, options),
-            "taken": {},  # question key -> the candidates this episode took there
         }
         upcoming += 1
 
@@ -142,13 +137,8 @@ def play_round(
             steps += 1
             slot = slots[k]
             candidates = slot["candidates"]
-            key = state_key(question)
-            taken = slot["taken"].setdefault(key, set())
-            towards = explorer.get(key) if explorer else None
-            if towards is None and systematic:
-                towards = untried(taken, len(candidates.texts))
+            towards = explorer.get(state_key(question)) if explorer else None
             index = draw(decision.corrected, temperature, slot["rng"], slot["explore"], towards)
-            taken.add(index)
             agent.record(candidates.texts[index], k)
             episode = played[slot["index"]]
             episode.decisions.append(
@@ -171,15 +161,6 @@ def play_round(
         if on_steps is not None:
             on_steps(steps - before)
     return [episode for episode in played if episode.decisions]
-
-
-def untried(taken: set[int], width: int) -> list[int] | None:
-    """Where an exploring draw goes, in a deterministic env, at a question the explorer does not list: the
-    candidates this episode has not taken there yet (None, every candidate alike, when it has taken none or all),
-    so that an episode that comes back to a view tries something else there instead of walking a loop again (as
-    the agent's `untried` policy does)."""
-    left = [i for i in range(width) if i not in taken]
-    return left if taken and left else None
 
 
 def keep_group(episodes: Sequence[Played], keep: str) -> list[Played]:
