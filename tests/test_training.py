@@ -1305,7 +1305,7 @@ def test_train_options_that_would_be_ignored_are_refused_naming_them(overrides, 
         to_config(compose("train", overrides))
     assert str(caught.value) == message
     default, sft = to_config(compose("train", [])), to_config(compose("train", ["algorithm=sft"]))
-    assert (default.algorithm, default.env_steps, sft.held_out) == ("rft", 2048, 0.5)  # defaults still apply
+    assert (default.algorithm, default.env_steps, sft.held_out) == ("rft", 4096, 0.5)  # defaults still apply
 
 
 def test_settings_that_failed_late_are_refused_before_training(tmp_path):
