@@ -371,7 +371,7 @@ def _train_schema():
 
 TrainOptionsConfig = _train_schema()
 ALGORITHMS = ("ppo", "rft", "sft", "bc")
-DEFAULT_ENV_STEPS = 4096  # train.env_steps of ppo and rft (docs/training.md: why not 2,048)
+DEFAULT_ENV_STEPS = 4096  # train.env_steps of ppo and rft (why not 2,048: docs/training.md, targets table)
 DEFAULT_HELD_OUT = 0.5  # train.held_out of sft and bc
 LORA_SETTINGS = ("lora_rank", "lora_alpha", "lora_layers", "lora_targets")
 RELABELERS = {"scripted": "turn", "scripted-strafe": "strafe"}  # train.relabel -> the scripted expert's aim
