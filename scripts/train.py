@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from typing import Any
 
 import hydra
@@ -168,6 +169,8 @@ def hydra_main(cfg: DictConfig) -> None:
     with user_errors("jetgym-train"):
         summary = train(cfg, output_dir=HydraConfig.get().runtime.output_dir, on_start=save_hydra_config(cfg))
     print(json.dumps({k: summary[k] for k in summary if k != "config"}, indent=2, sort_keys=True))
+    if summary.get("warning"):
+        print(f"warning: {summary['warning']}", file=sys.stderr)
 
 
 def main() -> None:

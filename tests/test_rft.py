@@ -16,6 +16,7 @@ from dataclasses import replace
 import gymnasium as gym
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from jetgym.agents import make_agent
 from jetgym.envs.candidates import CandidateActions
@@ -364,6 +365,40 @@ class Penalty(gym.Env):
         return 0, -1.0 - float(action == 0), True, False, {}
 
 
+class Flat(gym.Env):
+    """One step; both actions earn 1: every group has one return, so nothing can be kept or planned."""
+
+    observation_space = gym.spaces.Discrete(1)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return 0, {}
+
+    def step(self, action):
+        return 0, 1.0, True, False, {}
+
+
+def test_rft_that_keeps_nothing_writes_the_untrained_adapter_and_says_so(tmp_path):
+    policy = Policy(tiny_scorer(), LoraOptions(lora_rank=2), seed=0)
+    envs = [CandidateActions(Flat(), texts=["a", "b"])]
+    agent = make_agent("scorer", scorer=policy.scorer, task="Choose.", describer=lambda o: "here", policy="sample")
+    before = [p.detach().clone() for p in policy.parameters()]
+    summary = run_rft(
+        policy, envs, agent, RFTOptions(group=4, seeds_per_round=2, num_envs=1), tmp_path, 8, progress=False
+    )
+    assert summary["warning"] == (
+        "algorithm=rft kept no episode in 8 env steps (8 episodes, best return 1): every group of train.group "
+        "episodes had one return, so nothing was learnt and the adapter is the untrained model's; raise "
+        "train.env_steps, train.group or train.explore"
+    )
+    assert json.loads((tmp_path / "summary.json").read_text())["warning"] == summary["warning"]
+    assert all(torch.equal(a, b) for a, b in zip(before, policy.parameters()))
+    saved = load_file(tmp_path / "adapter" / "adapter_model.safetensors")
+    lora_b = [v for k, v in saved.items() if "lora_B" in k]
+    assert lora_b and not any(b.any() for b in lora_b)  # B = 0: the adapter scores as the base model does
+
+
 def test_rft_bad_inputs_name_the_field(tmp_path):
     for keep in ("top:0", "top:1.5", "top", "best"):
         with pytest.raises(
@@ -473,7 +508,6 @@ RESUMED = textwrap.dedent("""
 
 
 def test_rft_resumes_after_kill_and_trains_the_uninterrupted_adapter(tmp_path):
-    from safetensors.torch import load_file
 
     script = tmp_path / "run.py"
     script.write_text(RESUMED.format(tests=TESTS))

@@ -356,16 +356,19 @@ def kept_from_row(row: dict) -> Kept:
 
 
 def nothing_kept(steps: int, episodes: int, best: float | None, keep: str, any_success_signal: bool) -> str:
-    """The one-line message of a budget that ended with nothing ever kept."""
+    """What a budget that ended with nothing ever kept says. A `keep` that could never keep anything in this env is a
+    user error (raised); otherwise no group's returns differed in the budget (a sparse reward never found), and the
+    adapter is written unchanged (the model's zero-shot policy) with this message as the summary's warning."""
     said = (
         f"algorithm=rft kept no episode in {steps} env steps ({episodes} episodes, best return "
         f"{'none' if best is None else f'{best:g}'}): "
     )
     if keep == "success" and not any_success_signal:
-        return said + (
-            "the env reported no info['is_success'] and no episode ended on a positive reward, so "
+        raise ValueError(
+            said + "the env reported no info['is_success'] and no episode ended on a positive reward, so "
             "train.keep=success keeps nothing; use train.keep=auto or train.keep=top:0.25"
         )
     return said + (
-        "every group of train.group episodes had one return; raise train.env_steps, train.group or train.explore"
+        "every group of train.group episodes had one return, so nothing was learnt and the adapter is the "
+        "untrained model's; raise train.env_steps, train.group or train.explore"
     )

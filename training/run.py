@@ -586,9 +586,10 @@ def run_rft(
                 kept=len(kept),
             )
         bar.close()
+        warning = None
         if not pool.items and not planned:
-            raise ValueError(
-                rft.nothing_kept(steps, seen["episodes"], seen["best_return"], options.keep, seen["success_signal"])
+            warning = rft.nothing_kept(
+                steps, seen["episodes"], seen["best_return"], options.keep, seen["success_signal"]
             )
         refitted = None
         if options.refit and cloned:
@@ -614,6 +615,8 @@ def run_rft(
             "label_agreement": round(sum(agreed) / len(agreed), 4) if agreed else None,
             "refit": refitted,
         }
+        if warning:
+            summary["warning"] = warning
         if not shards.writer:
             return summary
         write_json(folder.out / QUESTIONS, sorted(asked), indent=None, what="the questions played")
