@@ -11,9 +11,9 @@ gym = pytest.importorskip("gymnasium")
 pytest.importorskip("cv2")
 
 from jetgym.agents import available_agents, make_agent  # noqa: E402
-from jetgym.envs.vizdoom.perception import describe, find_blobs  # noqa: E402
+from jetgym.envs.vizdoom.perception import HORIZON, describe, find_blobs  # noqa: E402
 from jetgym.agents.prompt import QUESTION, recent_text  # noqa: E402
-from jetgym.envs.vizdoom.text import status_text  # noqa: E402
+from jetgym.envs.vizdoom.text import observation_text, status_text  # noqa: E402
 from jetgym.envs.candidates import CandidateActions, CandidateSet  # noqa: E402
 from jetgym.scorers import make_scorer  # noqa: E402
 
@@ -122,6 +122,22 @@ def test_describe_reports_blobs_from_pixels():
     assert find_blobs(weapon_only) == []
     with pytest.raises(ValueError, match="RGB screen"):
         describe(np.zeros((100, 160), np.uint8))
+
+
+def test_the_horizon_rule_drops_pale_patterns_above_it_and_keeps_coloured_things():
+    ceiling = blank_screen()
+    ceiling[10:16, 40:45] = (90, 90, 130)  # a brighter patch of the sky's own hue, wholly above the horizon
+    red_above = with_sprite(40, 45, 10, 16)  # a red thing up there
+    pale_below = blank_screen()
+    pale_below[60:70, 40:45] = (200, 200, 200)  # a pale thing on the floor, below the horizon
+    assert [b.x for b in find_blobs(ceiling)] == [0.2656]  # without a horizon every blob counts
+    assert find_blobs(ceiling, horizon=HORIZON) == []
+    assert [b.x for b in find_blobs(red_above, horizon=HORIZON)] == [0.2656]
+    assert [b.x for b in find_blobs(pale_below, horizon=HORIZON)] == [0.2656]
+    assert (
+        observation_text(doom_obs(ceiling))
+        == "Status: health 100, ammo 26, kills 0.\nSeen on screen: nothing stands out."
+    )
 
 
 # --- question text --------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from .perception import find_blobs
+from .perception import HORIZON, find_blobs
 
 AIMS = ("turn", "strafe")  # how the expert steers toward what it sees
 
@@ -26,7 +26,7 @@ class DoomExpert:
 
     def label(self, observation: Mapping) -> str:
         shooter = "ammo" in observation["status"]
-        blobs = find_blobs(observation["screen"])
+        blobs = find_blobs(observation["screen"], horizon=HORIZON)
         if any(b.in_crosshair for b in blobs):
             return "attack" if shooter and int(observation["status"]["ammo"]) > 0 else "move_forward"
         if blobs and self.aim == "strafe":

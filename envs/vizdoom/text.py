@@ -24,7 +24,7 @@ def observation_text(observation: Mapping, perception: str = "describe") -> str:
     """The status line and, with perception=describe, the pixel sentence of the screen (`perception.describe`)."""
     lines = [status_text(observation["status"])]
     if perception == "describe":
-        from .perception import describe
+        from .perception import HORIZON, describe
 
-        lines.append(describe(observation["screen"]))
+        lines.append(describe(observation["screen"], horizon=HORIZON))
     return "\n".join(lines)
