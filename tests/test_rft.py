@@ -393,6 +393,10 @@ def test_rft_that_keeps_nothing_writes_the_untrained_adapter_and_says_so(tmp_pat
         "train.env_steps, train.group or train.explore"
     )
     assert json.loads((tmp_path / "summary.json").read_text())["warning"] == summary["warning"]
+    assert rft.nothing_kept(8, 1, None, "auto", False).endswith(
+        "no episode ended within the budget, so nothing was learnt and the adapter is the untrained model's; raise "
+        "train.env_steps"
+    )
     assert all(torch.equal(a, b) for a, b in zip(before, policy.parameters()))
     saved = load_file(tmp_path / "adapter" / "adapter_model.safetensors")
     lora_b = [v for k, v in saved.items() if "lora_B" in k]

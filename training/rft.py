@@ -368,7 +368,10 @@ def nothing_kept(steps: int, episodes: int, best: float | None, keep: str, any_s
             said + "the env reported no info['is_success'] and no episode ended on a positive reward, so "
             "train.keep=success keeps nothing; use train.keep=auto or train.keep=top:0.25"
         )
+    untrained = "so nothing was learnt and the adapter is the untrained model's"
+    if best is None:
+        return said + f"no episode ended within the budget, {untrained}; raise train.env_steps"
     return said + (
-        "every group of train.group episodes had one return, so nothing was learnt and the adapter is the "
-        "untrained model's; raise train.env_steps, train.group or train.explore"
+        f"every group of train.group episodes had one return, {untrained}; raise train.env_steps, train.group "
+        "or train.explore"
     )
