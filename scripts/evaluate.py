@@ -250,6 +250,7 @@ def run_eval(config: EvalConfig, output_dir: str | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "evaluation.json", results, what="the evaluation")
     held = results["held_out_seeds"]
+    warned = [f"Training of {f} warned: {s['warning']}\n" for f, s in zip(folders, summaries) if s.get("warning")]
     report = [
         f"# Held-out evaluation of {', '.join(results['runs'])}",
         "",
@@ -257,10 +258,11 @@ def run_eval(config: EvalConfig, output_dir: str | None = None) -> dict:
         + (" (auto)" if config.policy == "auto" else "")
         + ". Mean [95% bootstrap interval over seeds].",
         "",
+        *warned,
         *table(results),
     ]
     write_text(out / "evaluation.md", "\n".join(report) + "\n")
-    print("\n".join(table(results)) + f"\nresults in {out.resolve()}")
+    print("\n".join(warned + table(results)) + f"\nresults in {out.resolve()}")
     return results
 
 

@@ -1106,9 +1106,14 @@ def test_learning_benchmark_plays_several_training_seeds_on_the_same_held_out_se
     from jetgym.scripts.evaluate import EvalConfig, run_eval
 
     # the product job plays the agent's default policy: untried on the still lake (a deterministic env)
+    summary = json.loads((runs[0] / "summary.json").read_text())
+    (runs[0] / "summary.json").write_text(json.dumps({**summary, "warning": "nothing was learnt"}))
     product = run_eval(EvalConfig(runs=[str(r) for r in runs], episodes=3, tuning_episodes=1), str(tmp_path / "eval"))
     assert results["policy"] == "argmax" and product["policy"] == "untried"
-    assert "the scorers' policy untried (auto)." in (tmp_path / "eval" / "evaluation.md").read_text()
+    report = (tmp_path / "eval" / "evaluation.md").read_text()
+    assert "the scorers' policy untried (auto)." in report
+    assert f"Training of {runs[0]} warned: nothing was learnt\n" in report and f"Training of {runs[1]}" not in report
+    assert [t["warning"] for t in product["training"]] == ["nothing was learnt", None]
     assert set(product["agents"]) == set(agents) and product["held_out_seeds"] == results["held_out_seeds"]
     summary = json.loads((runs[1] / "summary.json").read_text())
     summary["config"]["train"]["learning_rate"] = 0.5

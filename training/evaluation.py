@@ -139,7 +139,7 @@ def summarize(folders, summaries, agents: dict, trained: list[str], held, tuning
         "agents": {},
         "paired": {},
         "training": [
-            {k: s.get(k) for k in ("algorithm", "updates", "rounds", "env_steps", "train_questions", "seed")}
+            {k: s.get(k) for k in ("algorithm", "updates", "rounds", "env_steps", "train_questions", "seed", "warning")}
             for s in summaries
         ],
     }
