@@ -6,14 +6,17 @@
 played): train on one range of game seeds and evaluate on another, games never played in training. Registered as
 `jetgym/TextWorld-v0` (100 steps; `max_episode_steps=` to change).
 
-API: observation `spaces.Text` = the game's answer to the last command (the opening text on reset: objective and
-first room), cleaned of TextWorld's banner and prompt line, printable ASCII; action `spaces.Text` = one command
+API: observation `spaces.Text` = the state in words (`observation_text`): the objective, the room as `look` would
+show it and the inventory, then the game's answer to the last command where it adds something (none on reset, whose
+opening text is the objective and the first room), cleaned of TextWorld's banner and prompt line, printable ASCII.
+A command's answer alone ("You open the antique trunk.") does not say where the player is or what is left to do, so
+states that call for different commands would read alike. action `spaces.Text` = one command
 string; `info["admissible_commands"]` = the commands admissible now (a different list at every step), which
 `jetgym.envs.candidates.CandidateActions` turns into the candidate set. reward = the score gained by the step;
 terminated when the game is won or lost (`info["is_success"]` = won, at every step, so an episode cut by a time
 limit counts as not won whatever its points); `info["score"]`, `info["max_score"]`,
-`info["objective"]`. A game is deterministic: the seed only picks the game. `textworld` is imported when an env is
-made.
+`info["objective"]`. A game is deterministic: the seed only picks the game (the env says so, `deterministic`, so
+greedy play does not repeat a command where it has been before). `textworld` is imported when an env is made.
 """
 
 from __future__ import annotations
@@ -44,6 +47,17 @@ def clean_text(feedback: str) -> str:
     kept = [line for line in lines if not line.lstrip().startswith(">") and not (line and _BANNER_LINE.match(line))]
     text = re.sub(r"\n{3,}", "\n\n", "\n".join(kept)).strip()
     return "".join(c for c in text if c in CHARSET)[:MAX_TEXT] or "Nothing happens."
+
+
+def observation_text(state, feedback: str | None = None) -> str:
+    """What the player knows, in the game's words: the objective, the room (`look`), the inventory, then
+    `feedback` (the answer to the last command) unless it only repeats the room or the inventory."""
+    parts = [clean_text(str(state[key] or "")) for key in ("objective", "description", "inventory")]
+    if feedback is not None:
+        answer = clean_text(feedback)
+        if answer not in parts:
+            parts.append(answer)
+    return clean_text("\n\n".join(part for part in parts if part != "Nothing happens."))
 
 
 def cache_dir() -> Path:
@@ -85,6 +99,7 @@ class TextWorldEnv(gym.Env):
     `games` of them by the reset's seed)."""
 
     metadata = {"render_modes": []}
+    deterministic = True  # a game's next state follows from its state and the command
 
     def __init__(self, game: str | None = None, game_seed: int = 1, games: int = 1, render_mode: str | None = None):
         if render_mode is not None:
@@ -113,7 +128,14 @@ class TextWorldEnv(gym.Env):
         import textworld
 
         infos = textworld.EnvInfos(
-            admissible_commands=True, objective=True, score=True, max_score=True, won=True, lost=True
+            admissible_commands=True,
+            objective=True,
+            description=True,
+            inventory=True,
+            score=True,
+            max_score=True,
+            won=True,
+            lost=True,
         )
         self._env = textworld.start(self.game, request_infos=infos)
 
@@ -139,7 +161,7 @@ class TextWorldEnv(gym.Env):
             self._start()
         state = self._env.reset()
         self._score = int(state["score"] or 0)
-        return clean_text(state.feedback), self._info(state)
+        return observation_text(state), self._info(state)
 
     def step(self, action):
         if self._env is None:
@@ -148,7 +170,7 @@ class TextWorldEnv(gym.Env):
             raise ValueError(f"a TextWorld action is a command string, got {action!r}")
         state, score, done = self._env.step(action)
         reward, self._score = float(int(score) - self._score), int(score)
-        return clean_text(state.feedback), reward, bool(done), False, self._info(state)
+        return observation_text(state, state.feedback), reward, bool(done), False, self._info(state)
 
     def close(self):
         if self._env is not None:
