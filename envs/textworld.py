@@ -6,15 +6,15 @@
 played): train on one range of game seeds and evaluate on another, games never played in training. Registered as
 `jetgym/TextWorld-v0` (100 steps; `max_episode_steps=` to change).
 
-API: observation `spaces.Text` = the state in words (`observation_text`): the objective, the room as `look` would
-show it and the inventory, then the game's answer to the last command where it adds something (none on reset, whose
-opening text is the objective and the first room), cleaned of TextWorld's banner and prompt line, printable ASCII.
-A command's answer alone ("You open the antique trunk.") does not say where the player is or what is left to do, so
-states that call for different commands would read alike. action `spaces.Text` = one command
-string; `info["admissible_commands"]` = the commands admissible now (a different list at every step), which
+API: observation `spaces.Text` = the state in the game's words (`observation_text`): the objective, the room as
+`look` shows it and the inventory, cleaned of TextWorld's banner and prompt line, printable ASCII. The game's answer
+to the last command is `info["feedback"]`, not part of the observation: an answer alone ("You open the antique
+trunk.") says neither where the player is nor what is left to do, and with it a command that changes nothing
+(`examine`, `look`) would lead to a text never seen, where the state is the one the player was in. action
+`spaces.Text` = one command string; `info["admissible_commands"]` = the commands admissible now (a different list at every step), which
 `jetgym.envs.candidates.CandidateActions` turns into the candidate set. reward = the score gained by the step;
 terminated when the game is won or lost (`info["is_success"]` = won, at every step, so an episode cut by a time
-limit counts as not won whatever its points); `info["score"]`, `info["max_score"]`,
+limit counts as not won whatever its points); `info["feedback"]`, `info["score"]`, `info["max_score"]`,
 `info["objective"]`. A game is deterministic: the seed only picks the game (the env says so, `deterministic`, so
 greedy play does not repeat a command where it has been before). `textworld` is imported when an env is made.
 """
@@ -49,14 +49,9 @@ def clean_text(feedback: str) -> str:
     return "".join(c for c in text if c in CHARSET)[:MAX_TEXT] or "Nothing happens."
 
 
-def observation_text(state, feedback: str | None = None) -> str:
-    """What the player knows, in the game's words: the objective, the room (`look`), the inventory, then
-    `feedback` (the answer to the last command) unless it only repeats the room or the inventory."""
-    parts = [clean_text(str(state[key] or "")) for key in ("objective", "description", "inventory")]
-    if feedback is not None:
-        answer = clean_text(feedback)
-        if answer not in parts:
-            parts.append(answer)
+def observation_text(state) -> str:
+    """What the player knows, in the game's words: the objective, the room (`look`) and the inventory."""
+    parts = (clean_text(str(state[key] or "")) for key in ("objective", "description", "inventory"))
     return clean_text("\n\n".join(part for part in parts if part != "Nothing happens."))
 
 
@@ -146,6 +141,7 @@ class TextWorldEnv(gym.Env):
             "max_score": int(state["max_score"] or 0),
             "objective": str(state["objective"] or ""),
             "is_success": bool(state["won"]),  # at every step: an episode the time limit cuts was not won
+            "feedback": clean_text(state.feedback),
         }
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -170,7 +166,7 @@ class TextWorldEnv(gym.Env):
             raise ValueError(f"a TextWorld action is a command string, got {action!r}")
         state, score, done = self._env.step(action)
         reward, self._score = float(int(score) - self._score), int(score)
-        return observation_text(state, state.feedback), reward, bool(done), False, self._info(state)
+        return observation_text(state), reward, bool(done), False, self._info(state)
 
     def close(self):
         if self._env is not None:

@@ -203,32 +203,32 @@ def test_textworld_game_gives_commands_and_scores(textworld_game):
     env.close()
 
 
-def test_textworld_observation_says_the_goal_the_room_and_the_inventory(textworld_game):
-    """A command's answer alone does not tell states apart: every observation holds the objective, the room and the
-    inventory, then the answer unless it repeats one of them (`look` answers with the room)."""
+def test_textworld_observation_is_the_state(textworld_game):
+    """Every observation holds the objective, the room and the inventory; the game's answer is `info["feedback"]`, so
+    a command that changes nothing (`look`, `examine`) leads back to the same text and the same question."""
     env = gym.make("jetgym/TextWorld-v0", game=str(textworld_game), max_episode_steps=10)
     obs, info = env.reset(seed=0)
     room = obs.split("\n\n")[1]
     assert obs.startswith(info["objective"]) and room.startswith("-= ") and obs.endswith("You are carrying nothing.")
+    assert "-= " in info["feedback"]  # the opening text
+    looked, _, _, _, info = env.step("look")
+    assert looked == obs and info["feedback"].startswith(room.split("\n")[0])
+    examine = next(c for c in info["admissible_commands"] if c.startswith("examine "))
+    assert env.step(examine)[0] == obs
     opening = next(c for c in info["admissible_commands"] if c.startswith("open "))
     after_open, _, _, _, info = env.step(opening)
-    assert after_open.startswith(info["objective"]) and "-= " in after_open and "You are carrying" in after_open
-    assert "You open" in after_open.split("You are carrying")[1]  # the answer comes last
-    looked, _, _, _, info = env.step("look")
-    assert looked.count("-= ") == 1 and "You open" not in looked
+    assert after_open != obs and after_open.startswith(info["objective"]) and info["feedback"].startswith("You open")
     assert deterministic(env) and resolve_policy("auto", env) == "untried"
     env.close()
 
 
-def test_textworld_observation_drops_answers_that_repeat_the_state():
+def test_textworld_observation_text_leaves_out_what_is_empty():
     from jetgym.envs.textworld import observation_text
 
-    state = {"objective": "Win.", "description": "-= Hall =-\nA hall.", "inventory": "You are carrying nothing."}
+    state = {"objective": "Win.", "description": "-= Hall =-\nA hall.\n\n>", "inventory": "You are carrying nothing."}
     assert observation_text(state) == "Win.\n\n-= Hall =-\nA hall.\n\nYou are carrying nothing."
-    assert observation_text(state, "-= Hall =-\nA hall.\n\n>") == observation_text(state)
-    assert observation_text(state, "You are carrying nothing.") == observation_text(state)
-    assert observation_text(state, "You open the box.").endswith("You are carrying nothing.\n\nYou open the box.")
-    assert observation_text({"objective": None, "description": "", "inventory": ""}, "") == "Nothing happens."
+    assert observation_text({**state, "objective": None}) == "-= Hall =-\nA hall.\n\nYou are carrying nothing."
+    assert observation_text({"objective": None, "description": "", "inventory": ""}) == "Nothing happens."
 
 
 def test_textworld_refuses_a_missing_game(tmp_path):
