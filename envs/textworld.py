@@ -11,12 +11,13 @@ API: observation `spaces.Text` = the state in the game's words (`observation_tex
 to the last command is `info["feedback"]`, not part of the observation: an answer alone ("You open the antique
 trunk.") says neither where the player is nor what is left to do, and with it a command that changes nothing
 (`examine`, `look`) would lead to a text never seen, where the state is the one the player was in. action
-`spaces.Text` = one command string; `info["admissible_commands"]` = the commands admissible now (a different list at every step), which
-`jetgym.envs.candidates.CandidateActions` turns into the candidate set. reward = the score gained by the step;
-terminated when the game is won or lost (`info["is_success"]` = won, at every step, so an episode cut by a time
-limit counts as not won whatever its points); `info["feedback"]`, `info["score"]`, `info["max_score"]`,
-`info["objective"]`. A game is deterministic: the seed only picks the game (the env says so, `deterministic`, so
-greedy play does not repeat a command where it has been before). `textworld` is imported when an env is made.
+`spaces.Text` = one command string; `info["admissible_commands"]` = the commands admissible now (a different list
+at every step), which `jetgym.envs.candidates.CandidateActions` turns into the candidate set. reward = the score
+gained by the step; terminated when the game is won or lost (`info["is_success"]` = won, at every step, so an
+episode cut by a time limit counts as not won whatever its points); `info["feedback"]`, `info["score"]`,
+`info["max_score"]`, `info["objective"]`. A game is deterministic: the seed only picks the game (the env says so,
+`deterministic`, so greedy play does not repeat a command where it has been before). `textworld` is imported when
+an env is made.
 """
 
 from __future__ import annotations
