@@ -52,8 +52,7 @@ def clean_text(feedback: str) -> str:
 
 def observation_text(state) -> str:
     """What the player knows, in the game's words: the objective, the room (`look`) and the inventory."""
-    parts = (clean_text(str(state[key] or "")) for key in ("objective", "description", "inventory"))
-    return clean_text("\n\n".join(part for part in parts if part != "Nothing happens."))
+    return clean_text("\n\n".join(str(state[key] or "") for key in ("objective", "description", "inventory")))
 
 
 def cache_dir() -> Path:
